@@ -1,0 +1,114 @@
+// Config loading: precedence (command line > file > defaults) and the error for each bad input.
+#include <gtest/gtest.h>
+
+#include "devices/error.h"
+#include "trainer/config_loader.h"
+
+namespace titan {
+namespace {
+
+std::string config_error(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  JobConfig cfg;
+  try {
+    apply_toml(cfg, toml, "bad.toml");
+    for (size_t i = 0; i + 1 < overrides.size(); i += 2) apply_override(cfg, overrides[i], overrides[i + 1]);
+    validate(cfg);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, DefaultsFileAndCommandLinePrecedence) {
+  JobConfig cfg;
+  EXPECT_EQ(cfg.training.seq_len, 2048);
+  apply_toml(cfg, "[training]\nseq_len = 256\nsteps = 7\n", "t.toml");
+  EXPECT_EQ(cfg.training.seq_len, 256);
+  apply_override(cfg, "training.seq_len", "64");
+  EXPECT_EQ(cfg.training.seq_len, 64);
+  EXPECT_EQ(cfg.training.steps, 7);
+  apply_override(cfg, "comm.collective_mode", "separate");
+  EXPECT_EQ(cfg.comm.collective_mode, "separate");
+  apply_override(cfg, "optimizer.lr", "1e-3");
+  EXPECT_DOUBLE_EQ(cfg.optimizer.lr, 1e-3);
+  apply_override(cfg, "checkpoint.enable", "true");
+  EXPECT_TRUE(cfg.checkpoint.enable);
+}
+
+TEST(Config, LoadJobConfigParsesBothOverrideForms) {
+  JobConfig cfg = load_job_config({"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
+                                   "--training.steps=3", "--model.flavor", "debugmodel"});
+  EXPECT_EQ(cfg.training.steps, 3);
+  EXPECT_EQ(cfg.training.seq_len, 128);
+  EXPECT_EQ(cfg.model.tokenizer_path, "byte");
+}
+
+TEST(Config, IntegerAcceptedForFloatKey) {
+  JobConfig cfg;
+  apply_toml(cfg, "[optimizer]\nlr = 1\n", "t.toml");
+  EXPECT_DOUBLE_EQ(cfg.optimizer.lr, 1.0);
+}
+
+TEST(Config, RoundTripsThroughToml) {
+  JobConfig cfg;
+  apply_override(cfg, "training.seq_len", "77");
+  apply_override(cfg, "checkpoint.exclude_from_loading", "optimizer,dataloader");
+  JobConfig back;
+  apply_toml(back, config_to_toml(cfg), "saved.toml");
+  EXPECT_EQ(back.training.seq_len, 77);
+  EXPECT_EQ(back.checkpoint.exclude_from_loading.size(), 2u);
+  EXPECT_EQ(config_to_toml(back), config_to_toml(cfg));
+}
+
+TEST(Config, HelpListsEveryKeyWithDefault) {
+  std::string help = config_help();
+  EXPECT_NE(help.find("--training.seq_len = 2048"), std::string::npos);
+  EXPECT_NE(help.find("--comm.collective_mode = \"fused\""), std::string::npos);
+  EXPECT_NE(help.find("--simulation.num_chips = 8192"), std::string::npos);
+}
+
+struct BadInput {
+  std::string toml;
+  std::vector<std::string> overrides;
+  std::string expected;
+};
+
+TEST(Config, BadInputsNameWhatIsWrong) {
+  const std::vector<BadInput> cases = {
+      {"[training]\nsq_len = 5\n", {}, "bad.toml:2: unknown key 'training.sq_len'; did you mean 'training.seq_len'?"},
+      {"[trainig]\nseq_len = 5\n", {}, "bad.toml:1: unknown section [trainig]; did you mean [training]?"},
+      {"[training]\nseq_len = \"long\"\n", {}, "bad.toml:2: invalid value \"long\" for 'training.seq_len': expected an integer >= 1"},
+      {"[training]\nseq_len = 0\n", {}, "invalid value 0 for 'training.seq_len': expected an integer >= 1"},
+      {"[optimizer]\nlr = -1.0\n", {}, "invalid value -1.0 for 'optimizer.lr': expected a number >= 0"},
+      {"[comm]\ncollective_mode = \"fast\"\n", {}, "invalid value \"fast\" for 'comm.collective_mode': expected one of fused, separate"},
+      {"[checkpoint]\nenable = \"yes\"\n", {}, "invalid value \"yes\" for 'checkpoint.enable': expected a boolean (true or false)"},
+      {"[training\nseq_len = 5\n", {}, "bad.toml:1: TOML syntax error"},
+      {"seq_len = 5\n", {}, "bad.toml:1: 'seq_len' is outside any [section]"},
+      {"", {"training.steps", "ten"}, "command line --training.steps: invalid value 'ten' for 'training.steps': expected an integer >= 0"},
+      {"", {"training.stepz", "10"}, "command line --training.stepz: unknown key 'training.stepz'; did you mean 'training.steps'?"},
+      {"", {"steps", "10"}, "expected --section.key, got --steps"},
+      {"[training]\nlocal_batch_size = 3\nglobal_batch_size = 8\n", {}, "training.global_batch_size (8) must be a multiple of training.local_batch_size (3)"},
+      {"[lr_scheduler]\ndecay_type = \"exp\"\n", {}, "expected one of linear, sqrt, cosine"},
+      {"[activation_checkpoint]\nmode = \"some\"\n", {}, "expected one of none, selective, full"},
+      {"[parallelism]\ndata_parallel_shard_degree = 0\n", {}, "data_parallel_shard_degree must be -1 or >= 1, got 0"},
+      {"[optimizer]\nbeta1 = 1.5\n", {}, "invalid value 1.5 for 'optimizer.beta1': expected a number in [0, 0.999999]"},
+  };
+  for (const auto& c : cases) {
+    std::string msg = config_error(c.toml, c.overrides);
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << "input:\n" << c.toml << "\ngot: " << msg
+                                                     << "\nexpected to contain: " << c.expected;
+  }
+}
+
+TEST(Config, MissingFileIsNamed) {
+  try {
+    load_job_config({"--config", "/nonexistent/x.toml"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config file /nonexistent/x.toml: cannot be read"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace titan

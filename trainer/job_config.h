@@ -1,0 +1,136 @@
+// JobConfig: every setting of a titan job, with TorchTitan's section and key names.
+// Filled by config_loader.h from defaults, a TOML file and --section.key overrides;
+// read by the trainer, the parallel plans and the simulator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+struct JobSection {
+  std::string dump_folder = "./outputs";
+  std::string description = "titan job";
+  bool print_config = false;
+};
+
+struct ModelSection {
+  std::string name = "qwen3";  // qwen3 | llama3
+  std::string flavor = "debugmodel";
+  std::string tokenizer_path = "";  // "" or "byte": byte-level; else a HF tokenizer.json
+  // Explicit dims override the flavor's; 0 (or "flavor") keeps the flavor's value.
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_dim = 0;
+  int64_t vocab_size = 0;
+  std::string tie_embeddings = "flavor";  // flavor | true | false
+  double rope_theta = 0;
+  double norm_eps = 0;
+  std::string qk_norm = "flavor";  // flavor | true | false
+};
+
+struct OptimizerSection {
+  std::string name = "AdamW";
+  double lr = 8e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct LrSchedulerSection {
+  int64_t warmup_steps = 200;
+  double decay_ratio = -1;  // < 0: decay over every step after warmup
+  std::string decay_type = "linear";  // linear | sqrt | cosine
+  double min_lr_factor = 0.0;
+};
+
+struct TrainingSection {
+  int64_t local_batch_size = 8;
+  int64_t global_batch_size = -1;  // -1: local_batch_size * data-parallel degree
+  int64_t seq_len = 2048;
+  double max_norm = 1.0;
+  int64_t steps = 10000;
+  std::string dataset = "corpus";
+  std::string dataset_path = "";  // "" : the shipped corpus
+  std::string mixed_precision_param = "float32";
+  std::string mixed_precision_reduce = "float32";
+  int64_t seed = 0;
+  bool deterministic = false;
+  int64_t threads = 0;  // 0: cores on this host divided by the ranks on this host
+};
+
+struct ParallelismSection {
+  int64_t data_parallel_replicate_degree = 1;
+  int64_t data_parallel_shard_degree = -1;
+  int64_t tensor_parallel_degree = 1;
+  int64_t pipeline_parallel_degree = 1;
+  int64_t context_parallel_degree = 1;
+  std::string fsdp_reshard_after_forward = "default";  // default | always | never
+  bool enable_sequence_parallel = true;
+  bool disable_loss_parallel = false;
+  std::string pipeline_parallel_schedule = "1F1B";
+  int64_t pipeline_parallel_microbatch_size = 1;
+};
+
+struct CheckpointSection {
+  bool enable = false;
+  std::string folder = "checkpoint";
+  int64_t interval = 500;
+  int64_t keep_latest_k = 10;
+  int64_t load_step = -1;
+  std::string initial_load_path = "";
+  bool initial_load_model_only = true;
+  bool last_save_model_only = true;
+  std::string export_dtype = "float32";
+  std::string async_mode = "disabled";  // disabled | async
+  bool create_seed_checkpoint = false;
+  std::vector<std::string> exclude_from_loading;
+};
+
+struct ActivationCheckpointSection {
+  std::string mode = "none";  // none | selective | full
+  int64_t selective_every = 2;  // selective: every Nth block is recomputed
+};
+
+struct MetricsSection {
+  int64_t log_freq = 10;
+  double peak_flops = 0;  // FLOP/s per rank; 0: measured at start with an sgemm probe
+};
+
+struct CommSection {
+  std::string backend = "mpi";  // mpi | gloo
+  std::string collective_mode = "fused";  // fused | separate
+  double bucket_cap_mb = 25;
+  double init_timeout_seconds = 300;
+  double train_timeout_seconds = 100;
+};
+
+struct SimulationSection {
+  bool enable = false;
+  std::string device = "tpu-v7";
+  int64_t num_chips = 8192;
+  std::string topology = "";  // "" : chosen automatically
+  std::string execution = "defer_and_fuse";  // eager | defer_and_fuse | compiled
+};
+
+struct JobConfig {
+  JobSection job;
+  ModelSection model;
+  OptimizerSection optimizer;
+  LrSchedulerSection lr_scheduler;
+  TrainingSection training;
+  ParallelismSection parallelism;
+  CheckpointSection checkpoint;
+  ActivationCheckpointSection activation_checkpoint;
+  MetricsSection metrics;
+  CommSection comm;
+  SimulationSection simulation;
+  std::string source_file;  // the TOML file it came from, "" if none
+};
+
+}  // namespace titan

@@ -1,0 +1,116 @@
+#include "trainer/train.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "devices/error.h"
+#include "trainer/config_loader.h"
+#include "trainer/data_loader.h"
+#include "trainer/metrics.h"
+#include "trainer/model.h"
+#include "trainer/optimizer.h"
+#include "trainer/tokenizer.h"
+
+namespace titan {
+namespace {
+
+torch::ScalarType dtype_of(const std::string& name) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kFloat16;
+  return torch::kFloat32;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+int choose_threads(const JobConfig& cfg) {
+  if (cfg.training.threads > 0) return static_cast<int>(cfg.training.threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("TITAN_LOCAL_WORLD_SIZE", 1));
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+std::string default_corpus_path() { return std::string(TITAN_SOURCE_DIR) + "/trainer/data/corpus.txt"; }
+
+TrainResult train(const JobConfig& cfg) {
+  torch::set_num_threads(choose_threads(cfg));
+  if (cfg.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  torch::manual_seed(cfg.training.seed);
+
+  auto tokenizer = make_tokenizer(cfg.model.tokenizer_path);
+  const std::string data_path =
+      cfg.training.dataset_path.empty() ? default_corpus_path() : cfg.training.dataset_path;
+  auto tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer, data_path));
+
+  const ModelArgs args = resolve_model_args(cfg.model, tokenizer->vocab_size());
+  const auto dtype = dtype_of(cfg.training.mixed_precision_param);
+  Transformer model(args, cfg.training.seq_len, torch::TensorOptions().dtype(dtype));
+  model->init_weights(static_cast<uint64_t>(cfg.training.seed));
+
+  const int64_t dp = 1, dp_rank = 0;
+  const int64_t local_bs = cfg.training.local_batch_size;
+  const int64_t global_bs =
+      cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size : local_bs * dp;
+  TITAN_CONFIG_CHECK(global_bs % (local_bs * dp) == 0, "training.global_batch_size (", global_bs,
+                     ") must be a multiple of local_batch_size x data-parallel degree (",
+                     local_bs * dp, ")");
+  DataLoader loader(tokens, cfg.training.seq_len, global_bs, dp_rank, dp);
+
+  std::vector<NamedParam> params;
+  for (auto& p : model->named_parameters()) params.push_back({p.key(), p.value()});
+  AdamW optimizer(params, cfg.optimizer);
+
+  const double peak = cfg.metrics.peak_flops > 0 ? cfg.metrics.peak_flops : measure_peak_flops();
+  const double fpt = flops_per_token(args, cfg.training.seq_len);
+  MetricsLogger logger(cfg.job.dump_folder, /*writer=*/true);
+  const double tokens_per_step = double(global_bs) * cfg.training.seq_len;
+  int64_t param_bytes = 0;
+  for (auto& p : params) param_bytes += p.param.nbytes();
+
+  TrainResult result;
+  for (int64_t step = 1; step <= cfg.training.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    Batch batch = loader.next();
+    optimizer.zero_grad();
+    double loss_sum = 0;
+    const int64_t micro = batch.inputs.size(0) / local_bs;
+    for (int64_t m = 0; m < micro; ++m) {
+      auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
+      auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
+      auto loss = cross_entropy_sum(model->forward(in), lab, tokens_per_step);
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    const double grad_norm = std::sqrt(local_grad_sq_norm(params));
+    clip_grads(params, grad_norm, cfg.training.max_norm);
+    const double lr = cfg.optimizer.lr * lr_factor(cfg.lr_scheduler, cfg.training.steps, step - 1);
+    optimizer.step(lr);
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    result.losses.push_back(loss_sum);
+    result.grad_norms.push_back(grad_norm);
+    if (step == 1 || step % cfg.metrics.log_freq == 0 || step == cfg.training.steps) {
+      StepMetrics m;
+      m.step = step, m.loss = loss_sum, m.grad_norm = grad_norm, m.lr = lr, m.step_time_s = dt;
+      m.tps = tokens_per_step / dt / dp;
+      m.tflops = fpt * m.tps / 1e12;
+      m.mfu_percent = 100.0 * fpt * m.tps / peak;
+      m.param_gib = param_bytes / 1073741824.0;
+      m.grad_gib = param_bytes / 1073741824.0;
+      m.optimizer_gib = optimizer.state_bytes() / 1073741824.0;
+      logger.log(m);
+    }
+  }
+  return result;
+}
+
+}  // namespace titan
