@@ -1,0 +1,112 @@
+// Communicator: one process group (a DeviceMesh dim or a flattened set of dims) and every
+// collective on it. Used by the trainer, FSDP/TP/PP/DDP code; implemented by the backends
+// (mpi, gloo; a sim backend records the same calls instead of moving data).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/comm_options.h"
+#include "collectives/watchdog.h"
+#include "collectives/work.h"
+
+namespace titan {
+
+class ProgressThread;
+
+using WorkPtr = std::shared_ptr<Work>;
+
+// Semantics shared by every backend:
+// - Tensors live on the CPU (a sim backend also takes meta tensors). Results are written
+//   in place into the given tensors; non-contiguous tensors work (through a copy).
+// - Every member of the group issues the same ops in the same order (one issuing thread
+//   per communicator).
+// - all_gather: out.numel() == size() * in.numel(); out holds rank 0's data, then rank 1's...
+//   reduce_scatter: in.numel() == size() * out.numel(); rank r gets block r, reduced.
+//   all_to_all: in and out have equal numel, divisible by size(); block j of in goes to
+//   rank j, block r of out comes from rank r. all_reduce takes any numel.
+//   Sizes that break these rules fail at issue time with a titan::Error naming group and
+//   sizes; sizes that differ between ranks are the caller's bug (undefined).
+// - Reductions add in rank order element by element (see reduce_kernels.h), so results
+//   do not depend on bucketing: fused and separate modes are bit-identical.
+// - dtypes: reductions take float32, float64, bfloat16, int32, int64; data movement any.
+// - collective_mode "fused": ops run asynchronously on this communicator's progress thread
+//   in issue order, and list ops are coalesced into flat buckets of at most bucket_cap_mb.
+//   "separate": every tensor is its own blocking collective on the calling thread and the
+//   returned Work is already complete. Either way wait() before touching the tensors.
+// - An op that runs past train_timeout_seconds, or a transport failure (dead peer), ends
+//   the whole job with a message naming op, group and rank (see watchdog.h).
+class Communicator {
+ public:
+  Communicator(std::string name, std::vector<int> global_ranks, int global_rank,
+               CommOptions options);
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }  // rank within this group
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+  const std::string& name() const { return name_; }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  int global_rank() const { return global_rank_; }
+  const CommOptions& options() const { return options_; }
+  virtual std::string backend() const = 0;
+
+  WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  WorkPtr all_reduce(const std::vector<at::Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
+  WorkPtr all_gather(const at::Tensor& out, const at::Tensor& in);
+  WorkPtr all_gather(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins);
+  WorkPtr reduce_scatter(const at::Tensor& out, const at::Tensor& in,
+                         ReduceOp op = ReduceOp::kSum);
+  WorkPtr reduce_scatter(const std::vector<at::Tensor>& outs,
+                         const std::vector<at::Tensor>& ins, ReduceOp op = ReduceOp::kSum);
+  WorkPtr broadcast(const at::Tensor& tensor, int root);
+  WorkPtr all_to_all(const at::Tensor& out, const at::Tensor& in);
+  // Point to point within the group (peer is a group rank). A send must meet a recv with
+  // the same tag; in fused mode both queue behind earlier ops, so order pairs accordingly.
+  WorkPtr send(const at::Tensor& tensor, int dst, int tag = 0);
+  WorkPtr recv(const at::Tensor& tensor, int src, int tag = 0);
+  WorkPtr barrier();
+
+ protected:
+  // Backend hooks. Blocking; contiguous tensors that passed the checks above; called for
+  // groups of size >= 2 only, by one thread at a time, in issue order. current_op()
+  // describes the running op for error messages.
+  virtual void run_all_reduce(const at::Tensor& flat, ReduceOp op) = 0;
+  virtual void run_all_gather(const at::Tensor& out, const at::Tensor& in) = 0;
+  virtual void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) = 0;
+  virtual void run_broadcast(const at::Tensor& tensor, int root) = 0;
+  virtual void run_all_to_all(const at::Tensor& out, const at::Tensor& in) = 0;
+  virtual void run_send(const at::Tensor& tensor, int dst, int tag) = 0;
+  virtual void run_recv(const at::Tensor& tensor, int src, int tag) = 0;
+  virtual void run_barrier() = 0;
+  // Devices this backend accepts (default: CPU only).
+  virtual bool accepts(const at::Tensor& tensor) const;
+
+  const OpInfo& current_op() const { return current_op_; }
+  // Runs every queued op and joins the progress thread. Backends call it first thing in
+  // their destructor, before the resources the queued ops use go away.
+  void stop_progress();
+
+ private:
+  OpInfo make_info(const char* op, int64_t bytes) const;
+  // Runs fn now (separate mode, size-1 groups) or on the progress thread (fused mode).
+  WorkPtr submit(OpInfo info, std::function<void()> fn);
+  void run_watched(const OpInfo& info, const std::function<void()>& fn);
+  void check_tensor(const char* op, const at::Tensor& t) const;
+  void check_reducible(const char* op, const at::Tensor& t) const;
+
+  std::string name_;
+  std::vector<int> global_ranks_;
+  int global_rank_;
+  int rank_;
+  CommOptions options_;
+  OpInfo current_op_;
+  std::unique_ptr<ProgressThread> progress_;  // created on the first async op
+};
+
+}  // namespace titan

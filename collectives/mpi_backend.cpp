@@ -1,0 +1,145 @@
+// The mpi backend: Open MPI, one MPI communicator per group (MPI_Comm_create_group).
+#include <climits>
+#include <sstream>
+
+#include "collectives/backend.h"
+#include "collectives/mpi_runtime.h"
+#include "collectives/transport_communicator.h"
+#include "collectives/watchdog.h"
+#include "devices/error.h"
+
+namespace titan {
+
+namespace {
+
+// Data movement only needs the element size; reductions happen in reduce_ordered().
+MPI_Datatype element_type(size_t elem_size) {
+  switch (elem_size) {
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    case 8:
+      return MPI_UINT64_T;
+    default:
+      TITAN_FAIL("mpi backend: element size ", elem_size, " is not supported");
+  }
+}
+
+class MpiCommunicator : public TransportCommunicator {
+ public:
+  MpiCommunicator(MpiComm comm, std::string name, std::vector<int> ranks, int global_rank,
+                  CommOptions options)
+      : TransportCommunicator(std::move(name), std::move(ranks), global_rank, std::move(options)),
+        comm_(std::move(comm)) {}
+  ~MpiCommunicator() override { stop_progress(); }
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  void exchange(const void* in, const std::vector<int64_t>& send_counts,
+                const std::vector<int64_t>& send_displs, void* out,
+                const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
+                size_t elem_size) override {
+    auto sc = ints(send_counts), sd = ints(send_displs), rc = ints(recv_counts),
+         rd = ints(recv_displs);
+    sc[rank()] = rc[rank()] = 0;
+    MPI_Datatype t = element_type(elem_size);
+    check(MPI_Alltoallv(in, sc.data(), sd.data(), t, out, rc.data(), rd.data(), t, comm_.get()));
+  }
+
+  void gather_in_place(void* buf, const std::vector<int64_t>& counts,
+                       const std::vector<int64_t>& displs, size_t elem_size) override {
+    auto c = ints(counts), d = ints(displs);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.data(), d.data(),
+                         element_type(elem_size), comm_.get()));
+  }
+
+  void bcast(void* buf, int64_t count, size_t elem_size, int root) override {
+    check(MPI_Bcast(buf, to_int(count), element_type(elem_size), root, comm_.get()));
+  }
+
+  void send_raw(const void* buf, int64_t count, size_t elem_size, int dst, int tag) override {
+    check(MPI_Send(buf, to_int(count), element_type(elem_size), dst, tag, comm_.get()));
+  }
+
+  void recv_raw(void* buf, int64_t count, size_t elem_size, int src, int tag) override {
+    MPI_Status status;
+    check(MPI_Recv(buf, to_int(count), element_type(elem_size), src, tag, comm_.get(), &status));
+  }
+
+  void barrier_raw() override { check(MPI_Barrier(comm_.get())); }
+
+ private:
+  // MPI counts and displacements are int.
+  int to_int(int64_t v) const {
+    TITAN_CHECK(v <= INT_MAX, describe(current_op()), ": ", v,
+                " elements exceed MPI's int counts; use smaller tensors or buckets");
+    return static_cast<int>(v);
+  }
+  std::vector<int> ints(const std::vector<int64_t>& v) const {
+    std::vector<int> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = to_int(v[i]);
+    return out;
+  }
+  // The communicator returns errors (MPI_ERRORS_RETURN) so that they end the job with our
+  // message rather than MPI's.
+  void check(int rc) const {
+    if (rc != MPI_SUCCESS) abort_job(describe(current_op()) + " failed: " + mpi_error_string(rc));
+  }
+
+  MpiComm comm_;
+};
+
+class MpiBackend : public Backend {
+ public:
+  explicit MpiBackend(const CommOptions& options) : options_(options) {
+    int provided = ensure_mpi_initialized();
+    TITAN_CONFIG_CHECK(provided >= MPI_THREAD_MULTIPLE || !is_fused(options),
+                       "comm.collective_mode = \"fused\" needs MPI_THREAD_MULTIPLE, but this MPI "
+                       "provides thread level ", provided, "; use collective_mode = \"separate\"");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::shared_ptr<Communicator> new_group(const std::vector<int>& ranks,
+                                          const std::string& name) override {
+    OpInfo info;
+    info.op = "new_group";
+    info.group = name;
+    info.group_size = static_cast<int>(ranks.size());
+    info.global_rank = rank_;
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] == rank_) info.group_rank = static_cast<int>(i);
+    WatchScope watch(info, options_.init_timeout_seconds);
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+    MPI_Comm raw = MPI_COMM_NULL;
+    // Unlike MPI_Comm_split, only the members take part, so a rank builds just its own
+    // groups (a mesh dim is one call per rank, not one per group).
+    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0, &raw);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    if (rc != MPI_SUCCESS) abort_job(describe(info) + " failed: " + mpi_error_string(rc));
+    MPI_Comm_set_errhandler(raw, MPI_ERRORS_RETURN);
+    return std::make_shared<MpiCommunicator>(MpiComm(raw), name, ranks, rank_, options_);
+  }
+
+ private:
+  CommOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+void register_mpi_backend() {
+  register_backend("mpi", [](const CommOptions& o) { return std::make_unique<MpiBackend>(o); });
+}
+
+}  // namespace titan

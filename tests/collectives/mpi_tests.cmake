@@ -1,0 +1,45 @@
+# Multi-rank tests of the collective layer (included by tests/CMakeLists.txt).
+# Multi-rank binaries have their own main (multirank_main.h) so they are built here, not
+# by the *_test.cpp glob.
+set(_coll ${CMAKE_CURRENT_LIST_DIR})
+
+add_executable(collectives_multirank ${_coll}/collectives_multirank.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+titan_torch_target(collectives_multirank)
+target_link_libraries(collectives_multirank PRIVATE titan_collectives GTest::gtest)
+
+add_executable(collectives_timeout_probe ${_coll}/timeout_probe.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+titan_torch_target(collectives_timeout_probe)
+target_link_libraries(collectives_timeout_probe PRIVATE titan_collectives)
+
+foreach(backend mpi gloo)
+  foreach(np 2 4)
+    titan_mpi_test(collectives_${backend}_np${np} ${np}
+                   $<TARGET_FILE:collectives_multirank> --backend=${backend})
+  endforeach()
+endforeach()
+
+# A rank that leaves early or dies: the others must end non-zero, naming op, group and
+# rank, well within timeout (3 s) + a few seconds.
+set(_probe_msg "all_reduce \\([0-9]+ bytes\\) on group 'world' \\(rank 0 of 2, global rank 0\\)")
+foreach(backend mpi gloo)
+  add_test(NAME collectives_${backend}_rank_leaves_early
+           COMMAND ${_coll}/expect_failure.sh 15 "${_probe_msg}"
+                   ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 2
+                   $<TARGET_FILE:collectives_timeout_probe> --backend=${backend} --mode=skip
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(collectives_${backend}_rank_leaves_early PROPERTIES TIMEOUT 60 PROCESSORS 2)
+endforeach()
+# gloo sees the closed connection and names the op; under mpi, mpirun itself takes the job
+# down when a rank exits without MPI_Finalize (its message names the rank).
+add_test(NAME collectives_gloo_rank_dies
+         COMMAND ${_coll}/expect_failure.sh 15 "${_probe_msg}"
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 2
+                 $<TARGET_FILE:collectives_timeout_probe> --backend=gloo --mode=die
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+add_test(NAME collectives_mpi_rank_dies
+         COMMAND ${_coll}/expect_failure.sh 15 "exited|terminated|aborted|killed"
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 2
+                 $<TARGET_FILE:collectives_timeout_probe> --backend=mpi --mode=die
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(collectives_gloo_rank_dies collectives_mpi_rank_dies
+                     PROPERTIES TIMEOUT 60 PROCESSORS 2)
