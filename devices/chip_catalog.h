@@ -1,0 +1,97 @@
+// ChipSpec and the chip catalog: every simulated accelerator's public figures; used by the
+// topology builder, collective and compute cost models, memory model and the trainer's report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace titan::devices {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kGB = 1e9;
+constexpr double kTB = 1e12;
+
+// How chips of one kind are wired; decides which topology builder applies.
+enum class TopologyFamily {
+  kTpuTorus2D,      // v5e, v6e: 2D ICI torus inside a pod, DCN between pods
+  kTpuTorus3D,      // v4, v5p, v7: 3D ICI torus built from 4x4x4 cubes, DCN between slices
+  kTrainiumTorus,   // trn1/trn2: NeuronLink 4x4 torus per instance (+ ring across an
+                    // UltraServer on trn2), EFA between
+  kSwitchedDomain,  // GPUs (NVLink switch domain + IB fat tree), trn3 (NeuronLink switch),
+                    // cpu (shared-memory MPI "domain" on one host)
+};
+
+// Public figures of one chip. Bandwidths are bytes/s, per chip, per direction unless the
+// name says otherwise. Sources sit next to each figure in chip_catalog.cpp.
+struct ChipSpec {
+  std::string name;         // catalog key, e.g. "tpu-v7"
+  std::string description;  // e.g. "Google TPU v7 (Ironwood)"
+  TopologyFamily family = TopologyFamily::kSwitchedDomain;
+
+  double peak_bf16_flops = 0;  // dense bf16 peak, FLOP/s (cpu: measured sgemm rate)
+  int64_t hbm_bytes = 0;       // device memory capacity
+  double hbm_bytes_per_s = 0;  // device memory bandwidth
+
+  std::string fast_fabric;       // "ICI", "NeuronLink", "NVLink", "shm"
+  double link_bytes_per_s = 0;   // one link, one direction
+  int64_t links = 0;             // chip-to-chip links per chip (torus: 2 per axis)
+  int64_t fast_domain_chips = 0; // largest fast domain: TPU pod, trn instance/UltraServer,
+                                 // NVLink domain
+  int64_t max_slice_chips = 0;   // largest single ICI slice (TPU); = fast domain elsewhere
+  double hop_latency_s = 0;      // fast fabric latency per hop / per algorithm step
+
+  std::string scale_out_fabric;       // "DCN", "EFA", "IB"
+  double scale_out_bytes_per_s = 0;   // per chip, one direction
+  double scale_out_latency_s = 0;     // per algorithm step
+
+  // Achieved fraction of the datasheet link bandwidth for large collectives.
+  double link_efficiency = 0;
+  double scale_out_efficiency = 0;
+
+  // Matmul engine geometry for the shape-dependent matmul efficiency (compute_cost.h):
+  // edge of the systolic array / MMA tile, and number of engines that work on
+  // independent output tiles (GPU SMs, TPU MXUs, Trainium tensor engines).
+  int64_t matmul_tile = 128;
+  int64_t matmul_units = 1;
+
+  // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default).
+  double cpu_op_overhead_s = 0;
+
+  double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
+};
+
+// Measured constants of this host for the `cpu` device, written by the calibration command
+// as flat `key = value` lines (TOML-compatible, '#' comments):
+//   sgemm_flops = 1.2e11           # per process, FLOP/s, measured under the run's process count
+//   mem_bytes_per_s = 1.0e10        # per process, STREAM-like copy bandwidth
+//   mpi_latency_s = 2e-6            # small-message one-way latency between ranks
+//   mpi_bytes_per_s = 5e9           # large-message bandwidth between two ranks, one direction
+//   memory_bytes = 8e9              # memory available per process (optional)
+//   op_overhead_s = 5e-6            # eager per-op framework overhead (optional)
+//   cores = 2                       # ranks that fit on the host (optional)
+struct CpuCalibration {
+  double sgemm_flops = 0;
+  double mem_bytes_per_s = 0;
+  double mpi_latency_s = 0;
+  double mpi_bytes_per_s = 0;
+  int64_t memory_bytes = int64_t{8} * 1024 * 1024 * 1024;
+  double op_overhead_s = 5e-6;
+  int64_t cores = 1;
+};
+
+// Parses the calibration text above; unknown keys and missing required keys are config errors.
+CpuCalibration parse_cpu_calibration(const std::string& text, const std::string& origin);
+CpuCalibration load_cpu_calibration(const std::string& path);
+
+// Names of every chip in the catalog, in catalog order (accelerators, then "cpu").
+const std::vector<std::string>& chip_names();
+
+// Looks a chip up by name (case-insensitive). "cpu" needs `cpu` calibration; an unknown
+// name is a config error that lists the valid names.
+ChipSpec find_chip(const std::string& name, const CpuCalibration* cpu = nullptr);
+
+// The cpu device built from measured constants.
+ChipSpec cpu_chip(const CpuCalibration& cal);
+
+}  // namespace titan::devices

@@ -1,0 +1,308 @@
+// Roofline compute model. The named constants below are the whole set of efficiency
+// parameters; none is fitted to a calibration point.
+#include "devices/compute_cost.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "devices/error.h"
+
+namespace titan::devices {
+namespace {
+
+// Large bf16 GEMMs reach ~80% of datasheet peak (DESIGN.md: 8192^3 at ~790 of 989 TFLOP/s on
+// an H200). Applied to every accelerator; the cpu device's peak is a measured sgemm rate, so
+// it already is an achieved figure (efficiency 1).
+constexpr double kMatmulPeakEfficiency = 0.80;
+// Streaming kernels reach ~85% of datasheet HBM bandwidth (STREAM-like copy on H100/TPU);
+// the cpu device's bandwidth is measured (1).
+constexpr double kHbmEfficiency = 0.85;
+// Flash attention relative to a GEMM of the same shape: the online softmax (exp on the
+// vector / special-function units, rescaling) stalls the matrix units. FlashAttention-2/3
+// papers: forward reaches ~70-75% of peak where GEMMs reach ~80%; the backward (5 GEMMs,
+// atomics / extra passes for dQ) ~55-60%.
+constexpr double kFlashForwardFactor = 0.90;
+constexpr double kFlashBackwardFactor = 0.75;
+// Backward of flash attention recomputes S = QK^T and P, then dV = P^T dO, dP = dO V^T,
+// dS -> dQ, dK: 5 matmuls against the forward's 2.
+constexpr double kFlashBackwardFlopRatio = 2.5;
+// Math that does not run on the matrix units (pointwise, reductions) runs on vector units
+// with a small fraction of the matrix peak: H100 non-tensor fp32 is 67 of 989 TFLOP/s; TPU
+// VPUs are of the same order. Such ops are memory bound anyway unless they record heavy math.
+constexpr double kVectorPeakFraction = 1.0 / 16;
+
+double pad(int64_t d, int64_t tile) {
+  if (d <= 0) return 1.0;
+  int64_t tiles = (d + tile - 1) / tile;
+  return static_cast<double>(d) / static_cast<double>(tiles * tile);
+}
+
+bool fusable(OpKind k) {
+  return k == OpKind::kElementwise || k == OpKind::kReduction || k == OpKind::kView;
+}
+
+}  // namespace
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kMatmul: return "matmul";
+    case OpKind::kAttention: return "attention";
+    case OpKind::kElementwise: return "elementwise";
+    case OpKind::kReduction: return "reduction";
+    case OpKind::kOther: return "other";
+    case OpKind::kView: return "view";
+  }
+  return "?";
+}
+
+const char* execution_name(ExecutionMode m) {
+  switch (m) {
+    case ExecutionMode::kEager: return "eager";
+    case ExecutionMode::kDeferAndFuse: return "defer_and_fuse";
+    case ExecutionMode::kCompiled: return "compiled";
+  }
+  return "?";
+}
+
+ExecutionMode parse_execution(const std::string& s) {
+  if (s == "eager") return ExecutionMode::kEager;
+  if (s == "defer_and_fuse") return ExecutionMode::kDeferAndFuse;
+  if (s == "compiled") return ExecutionMode::kCompiled;
+  TITAN_CONFIG_FAIL("unknown execution mode '", s, "' (valid: eager defer_and_fuse compiled)");
+}
+
+// Per-op / per-kernel overheads. Estimates from public descriptions, not fits:
+//  * GPU eager (PyTorch): ~6 us of host work per aten op (dispatcher + autograd), kernels
+//    launched asynchronously; ~2 us device gap per kernel (launch latency, ramp and tail).
+//    defer_and_fuse (lazy tracing): ~2 us per op to record, fused kernels still ~2 us apart.
+//    compiled (torch.compile + CUDA graphs): no host work per op, ~1 us between kernels.
+//  * TPU / Trainium eager (TorchTPU "strict eager", PyTorch/XLA eager): every op is its own
+//    cached XLA executable: ~15 us host dispatch, ~5 us device launch per executable.
+//    defer_and_fuse: ~2 us per op to trace, the deferred graph runs as one program whose
+//    fused kernels sit ~1 us apart. compiled: one program per step, ~0.5 us between kernels.
+//  * cpu: ops run synchronously on the calling thread (no run-ahead); per-op framework cost
+//    is measured by calibration (op_overhead_s); fusion saves memory traffic as elsewhere.
+ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode) {
+  ExecutionOverheads o;
+  o.fuse_elementwise = mode != ExecutionMode::kEager;
+  o.fuse_epilogue = mode == ExecutionMode::kCompiled;
+  const bool gpu = chip.fast_fabric == "NVLink";
+  const bool cpu = chip.name == "cpu";
+  if (cpu) {
+    o.async = false;
+    double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
+    o.host_per_op_s = mode == ExecutionMode::kEager ? per_op
+                      : mode == ExecutionMode::kDeferAndFuse ? per_op / 2
+                                                              : 0.0;
+    o.launch_per_kernel_s = mode == ExecutionMode::kCompiled ? per_op / 4 : 0.0;
+    return o;
+  }
+  switch (mode) {
+    case ExecutionMode::kEager:
+      o.host_per_op_s = gpu ? 6e-6 : 15e-6;
+      o.launch_per_kernel_s = gpu ? 2e-6 : 5e-6;
+      break;
+    case ExecutionMode::kDeferAndFuse:
+      o.host_per_op_s = 2e-6;
+      o.launch_per_kernel_s = gpu ? 2e-6 : 1e-6;
+      break;
+    case ExecutionMode::kCompiled:
+      o.host_per_op_s = 0;
+      o.launch_per_kernel_s = gpu ? 1e-6 : 0.5e-6;
+      break;
+  }
+  return o;
+}
+
+OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes) {
+  OpDesc op;
+  op.name = name;
+  op.kind = OpKind::kMatmul;
+  op.mm = s;
+  op.dtype_bytes = dtype_bytes;
+  op.flops = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) *
+             static_cast<double>(s.n) * static_cast<double>(s.k);
+  op.bytes_read = s.batch * (s.m * s.k + s.k * s.n) * dtype_bytes;
+  op.bytes_written = s.batch * s.m * s.n * dtype_bytes;
+  return op;
+}
+
+OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes) {
+  OpDesc op;
+  op.name = s.backward ? "flash_attention_backward" : "flash_attention";
+  op.kind = OpKind::kAttention;
+  op.attn = s;
+  op.dtype_bytes = dtype_bytes;
+  const int64_t q = s.batch * s.heads * s.q_len * s.head_dim;      // Q, O, dQ, dO elements
+  const int64_t kv = s.batch * s.kv_heads * s.kv_len * s.head_dim;  // K, V, dK, dV elements
+  const int64_t lse = s.batch * s.heads * s.q_len * 4;              // fp32 log-sum-exp
+  // No S x S scores reach HBM: forward reads Q K V, writes O (+ LSE); backward reads
+  // Q K V O dO LSE and writes dQ dK dV.
+  if (!s.backward) {
+    op.bytes_read = (q + 2 * kv) * dtype_bytes;
+    op.bytes_written = q * dtype_bytes + lse;
+  } else {
+    op.bytes_read = (3 * q + 2 * kv) * dtype_bytes + lse;
+    op.bytes_written = (q + 2 * kv) * dtype_bytes;
+  }
+  // Full (non-causal) math FLOPs, the MFU convention; the model skips masked blocks.
+  op.flops = 4.0 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) *
+             static_cast<double>(s.kv_len) * static_cast<double>(s.head_dim) *
+             (s.backward ? kFlashBackwardFlopRatio : 1.0);
+  return op;
+}
+
+OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read,
+                    int64_t bytes_written, double flops) {
+  OpDesc op;
+  op.name = name;
+  op.kind = kind;
+  op.bytes_read = bytes_read;
+  op.bytes_written = bytes_written;
+  op.flops = flops;
+  return op;
+}
+
+ComputeModel::ComputeModel(const ChipSpec& chip, ExecutionMode mode)
+    : chip_(chip), mode_(mode), overheads_(execution_overheads(chip, mode)) {
+  const bool measured = chip.name == "cpu";
+  matmul_peak_efficiency_ = measured ? 1.0 : kMatmulPeakEfficiency;
+  hbm_efficiency_ = measured ? 1.0 : kHbmEfficiency;
+  TITAN_CHECK(chip.peak_bf16_flops > 0 && chip.hbm_bytes_per_s > 0, "chip ", chip.name,
+              " has no peak or memory bandwidth");
+}
+
+// efficiency = kMatmulPeakEfficiency * pad(m) pad(n) pad(k) * wave
+//  pad(d) = d / (ceil(d / T) T): the matrix unit works on T x T tiles (TPU MXU 128 or 256,
+//  GPU CTA tile 128, Trainium 128); a partial tile costs a full one. On 256-wide MXUs a
+//  head_dim of 128 fills half the array, which is real.
+//  wave = tiles / (ceil(tiles / U) U): output tiles are spread over U engines (SMs / MXUs);
+//  the last wave runs partly empty. Fewer tiles than engines: K is split across engines.
+double ComputeModel::matmul_efficiency(const MatmulShape& s) const {
+  const int64_t t = std::max<int64_t>(1, chip_.matmul_tile);
+  double e = matmul_peak_efficiency_ * pad(s.m, t) * pad(s.n, t) * pad(s.k, t);
+  const int64_t units = std::max<int64_t>(1, chip_.matmul_units);
+  int64_t tiles = std::max<int64_t>(1, s.batch) * ((s.m + t - 1) / t) * ((s.n + t - 1) / t);
+  // Too few output tiles to fill the engines: libraries split K (split-K / stream-K), up to
+  // one T-deep slice of K per engine.
+  if (tiles < units) tiles *= std::max<int64_t>(1, std::min(units / tiles, (s.k + t - 1) / t));
+  const int64_t waves = (tiles + units - 1) / units;
+  e *= static_cast<double>(tiles) / static_cast<double>(waves * units);
+  return e;
+}
+
+double ComputeModel::attention_flops(const AttentionShape& s) const {
+  double full = 4.0 * static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) *
+                static_cast<double>(s.kv_len) * static_cast<double>(s.head_dim);
+  if (s.causal) {
+    // Blocks of T x T: with nb blocks per side the kernel computes nb(nb+1)/2 of nb^2.
+    double nb = std::ceil(static_cast<double>(std::max(s.q_len, s.kv_len)) /
+                          static_cast<double>(std::max<int64_t>(1, chip_.matmul_tile)));
+    full *= (nb + 1) / (2 * nb);
+  }
+  return full * (s.backward ? kFlashBackwardFlopRatio : 1.0);
+}
+
+double ComputeModel::memory_s(double bytes) const {
+  return bytes / (chip_.hbm_bytes_per_s * hbm_efficiency_);
+}
+
+double ComputeModel::compute_s(double flops, double efficiency) const {
+  if (flops <= 0) return 0;
+  return flops / (chip_.peak_bf16_flops * std::max(efficiency, 1e-6));
+}
+
+double ComputeModel::roofline_s(const OpDesc& op) const {
+  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  switch (op.kind) {
+    case OpKind::kMatmul: {
+      bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
+      double flops = shaped ? 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k
+                            : op.flops;
+      double eff = shaped ? matmul_efficiency(op.mm) : matmul_peak_efficiency_;
+      return std::max(compute_s(flops, eff), memory_s(bytes));
+    }
+    case OpKind::kAttention: {
+      const AttentionShape& a = op.attn;
+      // The kernel's two GEMM shapes per (batch, head): S = Q K^T (m=q, n=kv, k=d) and
+      // O = P V (m=q, n=d, k=kv); equal FLOPs, so the harmonic mean of their efficiencies.
+      double e1 = matmul_efficiency({a.batch * a.heads, a.q_len, a.kv_len, a.head_dim});
+      double e2 = matmul_efficiency({a.batch * a.heads, a.q_len, a.head_dim, a.kv_len});
+      double eff = 2.0 / (1.0 / e1 + 1.0 / e2) *
+                   (a.backward ? kFlashBackwardFactor : kFlashForwardFactor);
+      return std::max(compute_s(attention_flops(a), eff), memory_s(bytes));
+    }
+    case OpKind::kView:
+      return 0;
+    default:
+      // Pointwise / reductions / copies: memory bound on every accelerator (a few FLOPs per
+      // byte), but keep the compute side for ops that record heavy math.
+      return std::max(compute_s(op.flops, kVectorPeakFraction), memory_s(bytes));
+  }
+}
+
+std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
+  std::vector<Kernel> out;
+  const ExecutionOverheads& o = overheads_;
+  size_t i = 0;
+  while (i < ops.size()) {
+    const OpDesc& op = ops[i];
+    if (!o.fuse_elementwise || !fusable(op.kind)) {
+      Kernel k;
+      k.category = op_kind_name(op.kind);
+      k.exec_s = roofline_s(op);
+      k.host_s = o.host_per_op_s;
+      k.ops = 1;
+      if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
+      else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
+        k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
+      else k.flops = op.flops;
+      k.bytes = op.bytes_read + op.bytes_written;
+      // Views launch nothing on the device; eager still dispatches them on the host.
+      k.launch_s = op.kind == OpKind::kView ? 0 : o.launch_per_kernel_s;
+      out.push_back(k);
+      ++i;
+      continue;
+    }
+    // A chain of fusable ops becomes one kernel. Without tensor identities we assume each op
+    // consumes its predecessor's output in registers: an op's reads beyond the previous
+    // output come from HBM, and only the chain's last output is written back.
+    //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+    Kernel k;
+    k.category = "elementwise";
+    double reads = 0, flops = 0;
+    int64_t prev_written = -1, last_written = 0, real_ops = 0;
+    bool has_reduction = false;
+    size_t j = i;
+    for (; j < ops.size() && fusable(ops[j].kind); ++j) {
+      const OpDesc& f = ops[j];
+      k.host_s += o.host_per_op_s;
+      ++k.ops;
+      if (f.kind == OpKind::kView) continue;
+      ++real_ops;
+      has_reduction |= f.kind == OpKind::kReduction;
+      reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
+                                : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
+      prev_written = f.bytes_written;
+      last_written = f.bytes_written;
+      flops += f.flops;
+    }
+    if (has_reduction) k.category = "reduction";
+    // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
+    // matmul's accumulators, not from HBM, and needs no launch of its own.
+    bool epilogue = o.fuse_epilogue && !out.empty() && i > 0 &&
+                    (ops[i - 1].kind == OpKind::kMatmul);
+    if (epilogue) reads = std::max(0.0, reads - static_cast<double>(ops[i - 1].bytes_written));
+    double bytes = reads + static_cast<double>(last_written);
+    k.exec_s = std::max(compute_s(flops, kVectorPeakFraction), memory_s(bytes));
+    k.bytes = static_cast<int64_t>(bytes);
+    k.flops = flops;
+    k.launch_s = (real_ops == 0 || epilogue) ? 0 : o.launch_per_kernel_s;
+    out.push_back(k);
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace titan::devices

@@ -1,0 +1,109 @@
+// Op descriptors (filled by the trainer's trace recorder) and the roofline compute model that
+// turns runs of ops into device kernels per execution mode; used by step_simulator.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "devices/chip_catalog.h"
+
+namespace titan::devices {
+
+enum class OpKind {
+  kMatmul,       // mm / bmm / addmm / baddbmm leaves (cost leaves once, not aten::matmul/linear)
+  kAttention,    // scaled-dot-product attention, costed as one flash / splash kernel
+  kElementwise,  // pointwise math (add, mul, silu, rsqrt, casts, ...): fusable
+  kReduction,    // sum / mean / max over a dim (norms, softmax statistics): fusable
+  kOther,        // data movement that breaks fusion (copy, cat, index, embedding, scatter)
+  kView,         // metadata only (view, reshape of contiguous, transpose, expand): no bytes
+};
+const char* op_kind_name(OpKind kind);
+
+enum class ExecutionMode {
+  kEager,         // one kernel per aten op; every result written to HBM; per-op dispatch
+  kDeferAndFuse,  // ops deferred and elementwise chains fused; dispatch amortized
+  kCompiled,      // whole step compiled: fusion + epilogue fusion, no per-op host dispatch
+};
+const char* execution_name(ExecutionMode mode);       // "eager" | "defer_and_fuse" | "compiled"
+ExecutionMode parse_execution(const std::string& s);  // config error lists the valid names
+
+struct MatmulShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;  // C[batch, m, n] = A[batch, m, k] B[batch, k, n]
+};
+
+struct AttentionShape {
+  int64_t batch = 1, heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  bool causal = true;
+  bool backward = false;  // the backward kernel (dQ, dK, dV), ~2.5x the forward FLOPs
+};
+
+// One recorded op. The recorder fills kind, shapes and bytes; helpers below fill the rest.
+struct OpDesc {
+  std::string name;  // aten name, for reports
+  OpKind kind = OpKind::kOther;
+  double flops = 0;           // as recorded; matmul/attention recompute it from the shape
+  int64_t bytes_read = 0;     // HBM bytes of all inputs
+  int64_t bytes_written = 0;  // HBM bytes of all outputs
+  MatmulShape mm;             // kMatmul
+  AttentionShape attn;        // kAttention
+  int64_t dtype_bytes = 2;    // element size of the compute dtype
+};
+
+OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);
+OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes = 2);
+OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, int64_t bytes_written,
+                    double flops = 0);
+
+// What a run of ops becomes on the device.
+struct Kernel {
+  std::string category;  // op_kind_name of its main op
+  double exec_s = 0;     // roofline time of the math / memory traffic
+  double launch_s = 0;   // device-side per-kernel overhead (program / kernel launch gap)
+  double host_s = 0;     // host dispatch of the ops it holds
+  double flops = 0;      // FLOPs it executes (attention: causal-skipped FLOPs not counted)
+  int64_t bytes = 0;     // HBM bytes it moves after fusion
+  int64_t ops = 0;       // recorded ops folded into it
+};
+
+// Per-op and per-kernel overheads of an execution mode on a device family (documented in
+// compute_cost.cpp).
+struct ExecutionOverheads {
+  double host_per_op_s = 0;       // host work per recorded op (dispatch / tracing)
+  double launch_per_kernel_s = 0; // device gap per kernel (launch, ramp, tail)
+  bool async = true;              // the host runs ahead of the device (accelerators)
+  bool fuse_elementwise = false;
+  bool fuse_epilogue = false;     // elementwise chain after a matmul folds into it
+};
+ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode);
+
+class ComputeModel {
+ public:
+  ComputeModel(const ChipSpec& chip, ExecutionMode mode);
+
+  // Fraction of peak a matmul of this shape reaches (kMatmulPeakEfficiency x tile padding x
+  // wave quantization).
+  double matmul_efficiency(const MatmulShape& s) const;
+  // max(flops / (peak * efficiency), bytes / (hbm_bw * hbm_efficiency)) for one op, unfused.
+  double roofline_s(const OpDesc& op) const;
+  // FLOPs a flash kernel executes for this shape (causal blocks above the diagonal skipped).
+  double attention_flops(const AttentionShape& s) const;
+
+  // Lowers ops that run back to back (no collective in between) into kernels.
+  std::vector<Kernel> lower(const std::vector<OpDesc>& ops) const;
+
+  const ExecutionOverheads& overheads() const { return overheads_; }
+  const ChipSpec& chip() const { return chip_; }
+
+ private:
+  double memory_s(double bytes) const;
+  double compute_s(double flops, double efficiency) const;
+
+  ChipSpec chip_;
+  ExecutionMode mode_;
+  ExecutionOverheads overheads_;
+  double matmul_peak_efficiency_;
+  double hbm_efficiency_;
+};
+
+}  // namespace titan::devices

@@ -1,0 +1,191 @@
+#include "devices/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <tuple>
+
+#include "devices/error.h"
+
+namespace titan::devices {
+namespace {
+
+std::string mesh_string(const std::vector<MeshDim>& mesh) {
+  std::string s;
+  for (const MeshDim& d : mesh) s += (s.empty() ? "" : " x ") + d.name + "=" + std::to_string(d.degree);
+  return s;
+}
+
+bool is_ring(const PhysicalAxis& a, const AxisSegment& s) {
+  return !a.switched && a.wraparound && s.count * s.stride == a.size && s.count >= 3;
+}
+
+// Axes shared by two or more mesh dims: each one splits a ring into lines or strided rings.
+int split_axes(const Placement& p) {
+  std::map<int, int> users;
+  for (const auto& segs : p.segments)
+    for (const AxisSegment& s : segs) users[s.axis]++;
+  int splits = 0;
+  for (const auto& kv : users) splits += kv.second - 1;
+  return splits;
+}
+
+}  // namespace
+
+Placement place_mesh(const Topology& topology, const std::vector<MeshDim>& mesh) {
+  int64_t prod = 1;
+  for (const MeshDim& d : mesh) {
+    TITAN_CONFIG_CHECK(d.degree >= 1, "mesh dim ", d.name, " has degree ", d.degree,
+                       "; degrees must be positive");
+    prod *= d.degree;
+  }
+  TITAN_CONFIG_CHECK(prod == topology.num_chips, "mesh degrees ", mesh_string(mesh), " = ", prod,
+                     " do not multiply to num_chips = ", topology.num_chips);
+  Placement p;
+  p.topology = topology;
+  p.mesh = mesh;
+  p.segments.resize(mesh.size());
+
+  // Cursor over the axes, innermost first: `used` = chips of the current axis already taken
+  // (the stride for the next dim placed on it).
+  size_t axis = 0;
+  int64_t used = 1;
+  for (size_t i = mesh.size(); i-- > 0;) {
+    int64_t left = mesh[i].degree;
+    while (left > 1) {
+      TITAN_CHECK(axis < topology.axes.size(), "placement ran out of axes");
+      const PhysicalAxis& a = topology.axes[axis];
+      int64_t room = a.size / used;
+      int64_t take = std::gcd(left, room);
+      TITAN_CONFIG_CHECK(take > 1, "mesh dim ", mesh[i].name, "=", mesh[i].degree,
+                         " cannot be laid on topology ", topology.shape, ": axis ", a.name,
+                         " has ", room, " chips left, which share no factor with the ", left,
+                         " still to place; pick degrees or a topology whose axes they divide");
+      AxisSegment s;
+      s.axis = static_cast<int>(axis);
+      s.count = take;
+      s.stride = used;
+      s.ring = is_ring(a, s);
+      p.segments[i].push_back(s);
+      left /= take;
+      used *= take;
+      if (used == a.size) {
+        ++axis;
+        used = 1;
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<AxisSegment> Placement::group(const std::string& name) const {
+  std::vector<std::string> dims;
+  auto has = [&](const std::string& n) {
+    return std::any_of(mesh.begin(), mesh.end(), [&](const MeshDim& d) { return d.name == n; });
+  };
+  auto add_if = [&](const std::string& n) {
+    if (has(n)) dims.push_back(n);
+  };
+  if (has(name)) {
+    dims.push_back(name);
+  } else if (name == "dp") {
+    add_if("dp_replicate");
+    add_if("dp_shard");
+  } else if (name == "dp_shard_cp") {
+    add_if("dp_shard");
+    add_if("cp");
+  } else if (name == "dp_cp" || name == "loss") {
+    add_if("dp_replicate");
+    add_if("dp_shard");
+    add_if("cp");
+  } else if (name == "world") {
+    for (const MeshDim& d : mesh) dims.push_back(d.name);
+  } else if (name.find('+') != std::string::npos) {
+    std::stringstream ss(name);
+    std::string part;
+    while (std::getline(ss, part, '+')) dims.push_back(part);
+  } else {
+    dims.push_back(name);
+  }
+  std::vector<AxisSegment> out;
+  for (const std::string& dn : dims) {
+    size_t idx = mesh.size();
+    for (size_t i = 0; i < mesh.size(); ++i)
+      if (mesh[i].name == dn) idx = i;
+    TITAN_CONFIG_CHECK(idx < mesh.size(), "unknown process group '", name, "' (mesh dims: ",
+                       mesh_string(mesh), "; flattened: dp dp_shard_cp dp_cp loss world)");
+    for (const AxisSegment& s : segments[idx]) out.push_back(s);
+  }
+  // Merge pieces of one axis that sit next to each other (inner stride*count == outer stride):
+  // together they are one longer (possibly ring-closing) group along that axis.
+  std::sort(out.begin(), out.end(), [](const AxisSegment& a, const AxisSegment& b) {
+    return std::tie(a.axis, a.stride) < std::tie(b.axis, b.stride);
+  });
+  std::vector<AxisSegment> merged;
+  for (const AxisSegment& s : out) {
+    if (!merged.empty() && merged.back().axis == s.axis &&
+        merged.back().stride * merged.back().count == s.stride) {
+      merged.back().count *= s.count;
+      merged.back().ring = is_ring(topology.axes[s.axis], merged.back());
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
+}
+
+int64_t Placement::group_size(const std::string& name) const {
+  int64_t n = 1;
+  for (const AxisSegment& s : group(name)) n *= s.count;
+  return n;
+}
+
+std::string Placement::describe() const {
+  std::ostringstream os;
+  for (size_t i = mesh.size(); i-- > 0;) {
+    if (mesh[i].degree == 1) continue;
+    os << mesh[i].name << "=" << mesh[i].degree << " ->";
+    for (const AxisSegment& s : segments[i]) {
+      const PhysicalAxis& a = topology.axes[s.axis];
+      os << " " << a.name << "[" << s.count;
+      if (s.stride > 1) os << " stride " << s.stride;
+      os << (a.switched ? " switch" : s.ring ? " ring" : " line") << "]";
+    }
+    os << "; ";
+  }
+  return os.str();
+}
+
+Placement place_on_device(const ChipSpec& chip, int64_t num_chips, const std::vector<MeshDim>& mesh,
+                          const std::string& shape) {
+  Topology automatic = make_topology(chip, num_chips, shape);
+  if ((!shape.empty() && shape != "auto") || chip.family == TopologyFamily::kSwitchedDomain)
+    return place_mesh(automatic, mesh);
+  int64_t slices = 1;
+  if (!automatic.axes.empty() && automatic.axes.back().scale_out)
+    slices = automatic.axes.back().size;
+  bool found = false;
+  Placement best;
+  std::tuple<int, int64_t, int64_t> best_key;
+  for (const auto& dims : valid_slice_shapes(chip, num_chips / slices)) {
+    Placement p;
+    try {
+      p = place_mesh(make_topology_from_dims(chip, dims, slices), mesh);
+    } catch (const Error&) {
+      continue;  // this shape cannot align the degrees; another may
+    }
+    int64_t mx = *std::max_element(dims.begin(), dims.end());
+    int64_t sum = std::accumulate(dims.begin(), dims.end(), int64_t{0});
+    auto key = std::make_tuple(split_axes(p), mx, sum);
+    if (!found || key < best_key) {
+      found = true;
+      best = p;
+      best_key = key;
+    }
+  }
+  if (!found) return place_mesh(automatic, mesh);  // throws the alignment / product error
+  return best;
+}
+
+}  // namespace titan::devices

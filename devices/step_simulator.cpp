@@ -1,0 +1,235 @@
+#include "devices/step_simulator.h"
+
+#include <unordered_map>
+
+#include "devices/error.h"
+
+namespace titan::devices {
+
+const char* collective_mode_name(CollectiveMode m) {
+  return m == CollectiveMode::kFused ? "fused" : "separate";
+}
+
+CollectiveMode parse_collective_mode(const std::string& s) {
+  if (s == "fused") return CollectiveMode::kFused;
+  if (s == "separate") return CollectiveMode::kSeparate;
+  TITAN_CONFIG_FAIL("unknown collective_mode '", s, "' (valid: fused separate)");
+}
+
+double separate_launch_s(const ChipSpec& chip) {
+  if (chip.name == "cpu") return chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
+  if (chip.fast_fabric == "NVLink") return 15e-6;  // NCCL launch + stream sync
+  return 30e-6;  // XLA program launch + cross-chip rendezvous (TPU, Trainium)
+}
+
+void Trace::compute(const OpDesc& op) {
+  TraceEvent e;
+  e.type = TraceEvent::Type::kCompute;
+  e.op = op;
+  events_.push_back(std::move(e));
+}
+
+int64_t Trace::issue(const CollectiveDesc& c) {
+  TraceEvent e;
+  e.type = TraceEvent::Type::kIssue;
+  e.collective = c;
+  const int64_t work = next_work_++;
+  e.work = work;
+  events_.push_back(std::move(e));
+  return work;
+}
+
+void Trace::wait(int64_t work) {
+  TITAN_CHECK(work >= 0 && work < next_work_, "wait on unknown work ", work);
+  TraceEvent e;
+  e.type = TraceEvent::Type::kWait;
+  e.work = work;
+  events_.push_back(std::move(e));
+}
+
+namespace {
+
+// The replay state: one pass over the trace, building timeline tasks as it goes.
+class Replay {
+ public:
+  Replay(const Placement& p, const ChipSpec& chip, const SimulationOptions& o)
+      : placement_(p), model_(chip, o.execution), options_(o) {
+    compute_ = timeline_.add_stream("compute", false);
+    sep_launch_ = o.separate_launch_s >= 0 ? o.separate_launch_s : separate_launch_s(chip);
+  }
+
+  void run(const Trace& trace) {
+    for (const TraceEvent& e : trace.events()) {
+      switch (e.type) {
+        case TraceEvent::Type::kCompute:
+          pending_ops_.push_back(e.op);
+          ++ops_;
+          break;
+        case TraceEvent::Type::kIssue:
+          flush_ops();
+          if (options_.collective_mode == CollectiveMode::kFused) issue_fused(e);
+          else issue_separate(e);
+          break;
+        case TraceEvent::Type::kWait: {
+          flush_ops();
+          close_bucket();
+          auto it = work_task_.find(e.work);
+          TITAN_CHECK(it != work_task_.end(), "wait on work ", e.work, " that was never issued");
+          if (it->second >= 0) next_compute_deps_.push_back(it->second);
+          break;
+        }
+      }
+    }
+    flush_ops();
+    close_bucket();
+  }
+
+  StepReport report() const {
+    StepReport r;
+    TimelineSummary s = timeline_.summarize();
+    r.device = model_.chip().name;
+    r.topology = placement_.topology.describe();
+    r.layout = placement_.describe();
+    r.execution = execution_name(options_.execution);
+    r.collective_mode = collective_mode_name(options_.collective_mode);
+    r.step_time_s = s.makespan_s;
+    r.compute_s = s.compute_busy_s;
+    r.comm_s = s.comm_busy_s;
+    r.exposed_comm_s = s.exposed_comm_s;
+    r.exposed_comm_fraction = s.exposed_comm_fraction;
+    r.idle_s = s.idle_s;
+    r.executed_flops = flops_;
+    r.ops = ops_;
+    r.kernels = kernels_;
+    r.collectives = collectives_;
+    r.streams = s.streams;
+    for (const auto& c : s.categories) r.costs.push_back({c.first, c.second});
+    if (s.idle_s > 0) {
+      // Device idle with nothing in flight: the host could not dispatch fast enough.
+      CostItem idle{"host dispatch (device idle)", s.idle_s};
+      auto pos = r.costs.begin();
+      while (pos != r.costs.end() && pos->seconds >= idle.seconds) ++pos;
+      r.costs.insert(pos, idle);
+    }
+    return r;
+  }
+
+ private:
+  int comm_stream(const std::string& name) {
+    auto it = streams_.find(name);
+    if (it != streams_.end()) return it->second;
+    int id = timeline_.add_stream(name, true);
+    streams_[name] = id;
+    return id;
+  }
+
+  void flush_ops() {
+    if (pending_ops_.empty()) return;
+    close_bucket();  // compute between collectives ends a coalescing run
+    const ExecutionOverheads& o = model_.overheads();
+    for (const Kernel& k : model_.lower(pending_ops_)) {
+      host_s_ += k.host_s;
+      TimelineTask t;
+      t.stream = compute_;
+      t.duration_s = k.launch_s + k.exec_s;
+      t.overhead_s = k.launch_s;
+      t.ready_s = host_s_;
+      t.category = k.category;
+      t.deps.swap(next_compute_deps_);
+      int64_t id = timeline_.add(t);
+      if (!o.async) host_s_ = timeline_.timing(id).end_s;  // host waits for each op
+      last_compute_ = id;
+      flops_ += k.flops;
+      ++kernels_;
+    }
+    pending_ops_.clear();
+  }
+
+  // Fused: adjacent issues of the same collective on the same group and stream, with no
+  // compute or wait between them, share one launch and one latency (coalesced buffer).
+  void issue_fused(const TraceEvent& e) {
+    const CollectiveDesc& c = e.collective;
+    if (bucket_open_ && bucket_.kind == c.kind && bucket_.group == c.group &&
+        bucket_.stream == c.stream) {
+      bucket_.bytes += c.bytes;
+      bucket_works_.push_back(e.work);
+      return;
+    }
+    close_bucket();
+    bucket_open_ = true;
+    bucket_ = c;
+    bucket_works_ = {e.work};
+    bucket_dep_ = last_compute_;  // inputs are ready when the compute before it is done
+    bucket_ready_ = host_s_;
+  }
+
+  void close_bucket() {
+    if (!bucket_open_) return;
+    bucket_open_ = false;
+    std::vector<int64_t> deps;
+    if (bucket_dep_ >= 0) deps.push_back(bucket_dep_);
+    int64_t id = add_collective(bucket_, bucket_ready_, deps,
+                                model_.overheads().launch_per_kernel_s);
+    for (int64_t w : bucket_works_) work_task_[w] = id;
+  }
+
+  // Separate: the collective waits for everything before it, pays the fixed launch, runs
+  // alone, and the compute after it waits for it whether or not the trace waits.
+  void issue_separate(const TraceEvent& e) {
+    std::vector<int64_t> deps;
+    if (last_compute_ >= 0) deps.push_back(last_compute_);
+    if (last_collective_ >= 0) deps.push_back(last_collective_);
+    int64_t id = add_collective(e.collective, host_s_, deps, sep_launch_);
+    last_collective_ = id;
+    work_task_[e.work] = id;
+    next_compute_deps_.push_back(id);
+  }
+
+  // One collective task: alpha-beta cost on its group plus a launch (none for a group of 1).
+  int64_t add_collective(const CollectiveDesc& c, double ready, const std::vector<int64_t>& deps,
+                         double launch_s) {
+    CollectiveCost cost = collective_cost(placement_, c.group, c.kind, c.bytes);
+    TimelineTask t;
+    t.stream = comm_stream(c.stream);
+    t.ready_s = ready;
+    t.deps = deps;
+    const double launch = cost.group_size > 1 ? launch_s : 0.0;
+    t.duration_s = cost.total_s() + launch;
+    t.overhead_s = launch;
+    t.overhead_category = "collective launch";
+    t.category = std::string(collective_name(c.kind)) + " " + c.group;
+    ++collectives_;
+    return timeline_.add(t);
+  }
+
+  const Placement& placement_;
+  ComputeModel model_;
+  SimulationOptions options_;
+  double sep_launch_ = 0;
+  Timeline timeline_;
+  int compute_ = 0;
+  std::unordered_map<std::string, int> streams_;
+  std::unordered_map<int64_t, int64_t> work_task_;
+  std::vector<OpDesc> pending_ops_;
+  std::vector<int64_t> next_compute_deps_;
+  double host_s_ = 0;
+  int64_t last_compute_ = -1, last_collective_ = -1;
+  bool bucket_open_ = false;
+  CollectiveDesc bucket_;
+  std::vector<int64_t> bucket_works_;
+  int64_t bucket_dep_ = -1;
+  double bucket_ready_ = 0;
+  double flops_ = 0;
+  int64_t ops_ = 0, kernels_ = 0, collectives_ = 0;
+};
+
+}  // namespace
+
+StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
+                         const SimulationOptions& options) {
+  Replay r(placement, chip, options);
+  r.run(trace);
+  return r.report();
+}
+
+}  // namespace titan::devices

@@ -1,0 +1,100 @@
+// Trace (recorded ops and collectives of one rank's step) and simulate_step, which replays
+// it on a device's timeline; the trainer's simulated runs call this to get a step time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "devices/collective_cost.h"
+#include "devices/compute_cost.h"
+#include "devices/placement.h"
+#include "devices/timeline.h"
+
+namespace titan::devices {
+
+enum class CollectiveMode {
+  kFused,     // issued asynchronously once inputs are ready, overlapped, adjacent ones coalesced
+  kSeparate,  // each collective its own unit: waits for prior work, fixed launch, runs alone
+};
+const char* collective_mode_name(CollectiveMode mode);  // "fused" | "separate"
+CollectiveMode parse_collective_mode(const std::string& s);
+
+struct CollectiveDesc {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::string group;          // mesh dim or flattened group name (Placement::group)
+  int64_t bytes = 0;          // nccl-tests convention, see collective_cost.h
+  std::string stream = "comm";  // communication stream it was issued on
+};
+
+struct TraceEvent {
+  enum class Type { kCompute, kIssue, kWait };
+  Type type = Type::kCompute;
+  OpDesc op;                // kCompute
+  CollectiveDesc collective;  // kIssue
+  int64_t work = -1;        // kIssue: the handle it returns; kWait: the handle waited on
+};
+
+// One representative rank's step in program order. The recorder calls compute() per aten op,
+// issue() when the sim backend receives a collective (returns its Work id) and wait() when
+// that Work is waited on (a blocking collective is issue + wait).
+class Trace {
+ public:
+  void compute(const OpDesc& op);
+  int64_t issue(const CollectiveDesc& c);
+  void wait(int64_t work);
+  int64_t blocking(const CollectiveDesc& c) {
+    int64_t w = issue(c);
+    wait(w);
+    return w;
+  }
+  const std::vector<TraceEvent>& events() const { return events_; }
+  size_t size() const { return events_.size(); }
+
+ private:
+  std::vector<TraceEvent> events_;
+  int64_t next_work_ = 0;
+};
+
+struct SimulationOptions {
+  ExecutionMode execution = ExecutionMode::kDeferAndFuse;
+  CollectiveMode collective_mode = CollectiveMode::kFused;
+  // Fixed cost of a collective run as its own unit (separate mode); < 0: family default
+  // (separate_launch_s).
+  double separate_launch_s = -1;
+};
+
+// Fixed cost per collective in separate mode. TorchTPU compiles each collective into its own
+// module: a program launch (~10-20 us on TPU runtimes) plus the implicit cross-chip
+// rendezvous before data moves; GPU: a standalone NCCL launch + stream synchronisation; cpu:
+// the per-op framework overhead.
+double separate_launch_s(const ChipSpec& chip);
+
+struct CostItem {
+  std::string category;
+  double seconds = 0;
+};
+
+struct StepReport {
+  std::string device, topology, layout, execution, collective_mode;
+  double step_time_s = 0;
+  double compute_s = 0;                 // compute stream busy
+  double comm_s = 0;                    // any communication stream busy
+  double exposed_comm_s = 0;            // communication while compute waits
+  double exposed_comm_fraction = 0;     // of the step
+  double idle_s = 0;                    // nothing on the device (host-dispatch bound)
+  double executed_flops = 0;            // per chip, as the kernels run (causal halving,
+                                        // recompute included; not the MFU convention)
+  int64_t ops = 0, kernels = 0, collectives = 0;  // collectives after coalescing
+  std::vector<StreamBusy> streams;
+  std::vector<CostItem> costs;          // busy time per category, largest first
+};
+
+// Replays `trace` on the device: ops are lowered to kernels per execution mode (fusion never
+// crosses a collective), collectives are costed on their group's placement and put on their
+// stream per collective mode. O(trace length); chip count only enters through closed forms.
+StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
+                         const SimulationOptions& options);
+
+}  // namespace titan::devices

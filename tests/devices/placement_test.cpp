@@ -1,0 +1,107 @@
+// Tests for placing mesh dims on physical axes: TP innermost, axis splitting, mesh-aware
+// automatic shapes, and clear errors.
+#include "devices/placement.h"
+
+#include <gtest/gtest.h>
+
+#include "devices/error.h"
+
+namespace titan::devices {
+namespace {
+
+std::vector<MeshDim> mesh(int64_t dp_shard, int64_t tp) {
+  return {{"pp", 1}, {"dp_replicate", 1}, {"dp_shard", dp_shard}, {"cp", 1}, {"tp", tp}};
+}
+
+TEST(Placement, TpInnermostSplitsTheFirstAxis) {
+  Topology t = make_topology(find_chip("tpu-v7"), 8192, "16x16x32");
+  Placement p = place_mesh(t, mesh(2048, 4));
+  auto tp = p.group("tp");
+  ASSERT_EQ(tp.size(), 1u);
+  EXPECT_EQ(tp[0].axis, 0);
+  EXPECT_EQ(tp[0].count, 4);
+  EXPECT_EQ(tp[0].stride, 1);
+  EXPECT_FALSE(tp[0].ring);  // 4 of 16: a line
+  auto dp = p.group("dp_shard");
+  ASSERT_EQ(dp.size(), 3u);
+  EXPECT_EQ(dp[0].axis, 0);
+  EXPECT_EQ(dp[0].count, 4);
+  EXPECT_EQ(dp[0].stride, 4);
+  EXPECT_TRUE(dp[0].ring);  // every 4th chip around the 16-ring closes it
+  EXPECT_EQ(dp[1].count, 16);
+  EXPECT_EQ(dp[2].count, 32);
+  EXPECT_EQ(p.group_size("dp_shard"), 2048);
+  EXPECT_EQ(p.group_size("world"), 8192);
+  EXPECT_EQ(p.group_size("pp"), 1);
+  // Flattened groups merge adjacent pieces of an axis: dp_shard x tp spans the whole x ring.
+  auto all = p.group("dp_shard+tp");
+  EXPECT_EQ(all[0].count, 16);
+  EXPECT_TRUE(all[0].ring);
+}
+
+TEST(Placement, MeshAwareShapeGivesTpAWholeRing) {
+  Placement p = place_on_device(find_chip("tpu-v7"), 8192, mesh(2048, 4));
+  EXPECT_EQ(p.topology.shape, "4x32x64");
+  auto tp = p.group("tp");
+  ASSERT_EQ(tp.size(), 1u);
+  EXPECT_TRUE(tp[0].ring);
+  // Pure FSDP needs no split: the most cubic shape stays.
+  Placement f = place_on_device(find_chip("tpu-v7"), 8192, mesh(8192, 1));
+  EXPECT_EQ(f.topology.shape, "16x16x32");
+  // A user shape is kept as given.
+  Placement u = place_on_device(find_chip("tpu-v7"), 8192, mesh(2048, 4), "16x16x32");
+  EXPECT_EQ(u.topology.shape, "16x16x32");
+}
+
+TEST(Placement, GpuTpOnNvlinkDpOverIb) {
+  Placement p = place_on_device(find_chip("h100"), 64, mesh(8, 8));
+  auto tp = p.group("tp");
+  ASSERT_EQ(tp.size(), 1u);
+  EXPECT_EQ(p.topology.axes[tp[0].axis].name, "nvlink");
+  auto dp = p.group("dp_shard");
+  ASSERT_EQ(dp.size(), 1u);
+  EXPECT_EQ(p.topology.axes[dp[0].axis].name, "ib");
+}
+
+TEST(Placement, DegreesMustMultiplyToNumChips) {
+  Topology t = make_topology(find_chip("tpu-v7"), 8192);
+  try {
+    place_mesh(t, mesh(1024, 4));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find(
+                  "mesh degrees pp=1 x dp_replicate=1 x dp_shard=1024 x cp=1 x tp=4 = 4096 do "
+                  "not multiply to num_chips = 8192"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(place_on_device(find_chip("h100"), 64, mesh(4, 8)), Error);
+}
+
+TEST(Placement, DegreeThatCannotAlignWithTheAxes) {
+  Topology t = make_topology(find_chip("tpu-v7"), 9216, "12x12x64");
+  try {
+    place_mesh(t, mesh(1024, 9));
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("mesh dim tp=9 cannot be laid on topology 12x12x64"), std::string::npos) << m;
+  }
+}
+
+TEST(Placement, UnknownGroupListsMeshDims) {
+  Placement p = place_mesh(make_topology(find_chip("h100"), 8), mesh(2, 4));
+  try {
+    p.group("ep");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown process group 'ep'"), std::string::npos);
+  }
+  EXPECT_EQ(p.group_size("dp"), 2);
+  EXPECT_EQ(p.group_size("loss"), 2);
+  EXPECT_EQ(p.group_size("dp_shard_cp"), 2);
+}
+
+}  // namespace
+}  // namespace titan::devices

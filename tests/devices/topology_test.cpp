@@ -1,0 +1,113 @@
+// Tests for topologies: automatic shapes, wraparound rules per generation, multi-slice, and
+// clear errors for shapes that cannot hold the chips.
+#include "devices/topology.h"
+
+#include <gtest/gtest.h>
+
+#include "devices/error.h"
+
+namespace titan::devices {
+namespace {
+
+std::string error_of(const ChipSpec& c, int64_t n, const std::string& shape) {
+  try {
+    make_topology(c, n, shape);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Topology, AutomaticTpuV7) {
+  Topology t = make_topology(find_chip("tpu-v7"), 8192);
+  EXPECT_EQ(t.shape, "16x16x32");
+  ASSERT_EQ(t.axes.size(), 3u);
+  for (const PhysicalAxis& a : t.axes) {
+    EXPECT_TRUE(a.wraparound) << a.name;  // whole cubes: OCS closes every axis
+    EXPECT_FALSE(a.switched);
+    EXPECT_DOUBLE_EQ(a.link_bytes_per_s, 100e9);
+  }
+  EXPECT_EQ(t.axes[2].size, 32);
+}
+
+TEST(Topology, MultiSliceOverDcnBeyondThePod) {
+  Topology t = make_topology(find_chip("tpu-v7"), 65536);
+  EXPECT_EQ(t.shape, "8x16x16x32");  // 8 slices of 8192 (pod is 9216)
+  ASSERT_EQ(t.axes.size(), 4u);
+  EXPECT_EQ(t.axes[3].name, "dcn");
+  EXPECT_TRUE(t.axes[3].scale_out);
+  EXPECT_TRUE(t.axes[3].switched);
+  EXPECT_EQ(t.axes[3].size, 8);
+
+  Topology p = make_topology(find_chip("tpu-v5p"), 8192);  // largest slice 6144
+  EXPECT_EQ(p.shape, "2x16x16x16");
+  Topology e = make_topology(find_chip("tpu-v5e"), 512);
+  EXPECT_EQ(e.shape, "2x16x16");
+  EXPECT_DOUBLE_EQ(e.axes.back().link_bytes_per_s, 3.125e9);
+}
+
+TEST(Topology, WraparoundRulesPerGeneration) {
+  // v5e/v6e: only an axis of 16 wraps.
+  Topology e = make_topology(find_chip("tpu-v5e"), 128, "8x16");
+  EXPECT_FALSE(e.axes[0].wraparound);
+  EXPECT_TRUE(e.axes[1].wraparound);
+  // v4: a dim that is a multiple of 4 wraps, per axis.
+  Topology v4 = make_topology(find_chip("tpu-v4"), 16, "2x2x4");
+  ASSERT_EQ(v4.axes.size(), 3u);
+  EXPECT_FALSE(v4.axes[0].wraparound);
+  EXPECT_TRUE(v4.axes[2].wraparound);
+  // v5p: only full 4x4x4 cubes wrap; a 2x4x4 sub-cube slice has none.
+  Topology sub = make_topology(find_chip("tpu-v5p"), 32, "2x4x4");
+  for (const PhysicalAxis& a : sub.axes) EXPECT_FALSE(a.wraparound) << a.name;
+  Topology cube = make_topology(find_chip("tpu-v5p"), 64, "4x4x4");
+  for (const PhysicalAxis& a : cube.axes) EXPECT_TRUE(a.wraparound) << a.name;
+}
+
+TEST(Topology, TrainiumAndGpu) {
+  Topology t1 = make_topology(find_chip("trn1"), 64);
+  EXPECT_EQ(t1.shape, "4x4x4");  // 4 instances of a 4x4 torus over EFA
+  EXPECT_TRUE(t1.axes[0].wraparound);
+  EXPECT_EQ(t1.axes[2].name, "efa");
+  Topology t2 = make_topology(find_chip("trn2"), 128);
+  EXPECT_EQ(t2.shape, "2x4x4x4");  // 2 UltraServers (4x4 torus x ring of 4) over EFA
+  EXPECT_EQ(t2.axes[2].name, "z");
+  EXPECT_TRUE(t2.axes[2].wraparound);
+  Topology g = make_topology(find_chip("h100"), 64);
+  EXPECT_EQ(g.shape, "8x8");
+  EXPECT_TRUE(g.axes[0].switched);
+  EXPECT_DOUBLE_EQ(g.axes[0].link_bytes_per_s, 450e9);
+  EXPECT_EQ(g.axes[1].name, "ib");
+  Topology nvl = make_topology(find_chip("b200"), 144, "nvl72");
+  EXPECT_EQ(nvl.shape, "2x72");
+  EXPECT_DOUBLE_EQ(nvl.axes[0].link_bytes_per_s, 900e9);
+}
+
+TEST(Topology, ShapesThatCannotHoldTheChips) {
+  ChipSpec v7 = find_chip("tpu-v7");
+  std::string m = error_of(v7, 8192, "16x16x16");
+  EXPECT_NE(m.find("holds 4096 chips, which cannot hold num_chips = 8192"), std::string::npos) << m;
+  EXPECT_NE(m.find("'2x16x16x16'"), std::string::npos) << m;  // suggests multi-slice
+  m = error_of(v7, 7680, "16x16x30");
+  EXPECT_NE(m.find("multiple of 4"), std::string::npos) << m;
+  m = error_of(find_chip("tpu-v5p"), 8192, "16x16x32");
+  EXPECT_NE(m.find("exceeds the largest tpu-v5p slice of 6144 chips"), std::string::npos) << m;
+  m = error_of(find_chip("tpu-v5e"), 256, "32x8");
+  EXPECT_NE(m.find("not a valid tpu-v5e slice"), std::string::npos) << m;
+  m = error_of(v7, 8192, "16x16");
+  EXPECT_NE(m.find("expected 3 dimensions"), std::string::npos) << m;
+  m = error_of(v7, 8192, "16xax32");
+  EXPECT_NE(m.find("not of the form"), std::string::npos) << m;
+  m = error_of(find_chip("h100"), 12, "");
+  EXPECT_NE(m.find("whole NVLink domains"), std::string::npos) << m;
+}
+
+TEST(Topology, UserShapeWithSliceCount) {
+  Topology t = make_topology(find_chip("tpu-v7"), 16384, "2x16x16x32");
+  EXPECT_EQ(t.num_chips, 16384);
+  EXPECT_EQ(t.axes.back().size, 2);
+  EXPECT_TRUE(t.axes.back().scale_out);
+}
+
+}  // namespace
+}  // namespace titan::devices
