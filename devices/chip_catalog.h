@@ -55,6 +55,12 @@ struct ChipSpec {
   int64_t matmul_tile = 128;
   int64_t matmul_units = 1;
 
+  // Highest fraction of peak the framework's standard flash-attention kernel reaches in the
+  // forward pass, where it is below what the GEMM model gives (0 = no extra cap). PyTorch's
+  // SDPA flash backend is FlashAttention-2, which uses neither Hopper's wgmma nor
+  // Blackwell's tcgen05: ~35% of H100 peak (FlashAttention-3 paper, FA2 baseline).
+  double attention_peak_fraction = 0;
+
   // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default).
   double cpu_op_overhead_s = 0;
 

@@ -229,8 +229,10 @@ double ComputeModel::roofline_s(const OpDesc& op) const {
       // O = P V (m=q, n=d, k=kv); equal FLOPs, so the harmonic mean of their efficiencies.
       double e1 = matmul_efficiency({a.batch * a.heads, a.q_len, a.kv_len, a.head_dim});
       double e2 = matmul_efficiency({a.batch * a.heads, a.q_len, a.head_dim, a.kv_len});
-      double eff = 2.0 / (1.0 / e1 + 1.0 / e2) *
-                   (a.backward ? kFlashBackwardFactor : kFlashForwardFactor);
+      double eff = 2.0 / (1.0 / e1 + 1.0 / e2) * kFlashForwardFactor;
+      // The framework's kernel may cap below that (FA2 on Hopper/Blackwell, see ChipSpec).
+      if (chip_.attention_peak_fraction > 0) eff = std::min(eff, chip_.attention_peak_fraction);
+      if (a.backward) eff *= kFlashBackwardFactor / kFlashForwardFactor;
       return std::max(compute_s(attention_flops(a), eff), memory_s(bytes));
     }
     case OpKind::kView:

@@ -11,8 +11,8 @@ namespace {
 
 TEST(ChipCatalog, HasEveryChipOfHardwareMd) {
   std::vector<std::string> want = {"tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7", "trn1",
-                                   "trn2",   "trn3",    "a100",    "h100",    "h200",   "b200",
-                                   "cpu"};
+                                   "trn2",   "trn3",    "a100",    "h100",    "h200",   "h100-96gb",
+                                   "b200",   "cpu"};
   EXPECT_EQ(chip_names(), want);
 }
 
@@ -49,7 +49,7 @@ TEST(ChipCatalog, UnknownDeviceListsValidNames) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
     std::string m = e.what();
     EXPECT_NE(m.find("unknown device 'tpu-v9'"), std::string::npos) << m;
-    EXPECT_NE(m.find("tpu-v4 tpu-v5e tpu-v5p tpu-v6e tpu-v7 trn1 trn2 trn3 a100 h100 h200 b200 cpu"),
+    EXPECT_NE(m.find("tpu-v4 tpu-v5e tpu-v5p tpu-v6e tpu-v7 trn1 trn2 trn3 a100 h100 h200 h100-96gb b200 cpu"),
               std::string::npos)
         << m;
   }

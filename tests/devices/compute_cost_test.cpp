@@ -56,6 +56,16 @@ TEST(ComputeCost, FlashAttentionSkipsCausalBlocksAndNeverWritesScores) {
               1e-12);
 }
 
+TEST(ComputeCost, Fa2CapsAttentionOnHopper) {
+  ComputeModel h100(find_chip("h100"), ExecutionMode::kEager);
+  AttentionShape a{2, 32, 8, 8192, 8192, 128, true, false};
+  // The GEMM model would give 0.8 x 0.9 = 0.72 of peak; PyTorch's FA2 reaches ~0.35.
+  EXPECT_NEAR(h100.roofline_s(attention_op(a)), h100.attention_flops(a) / (989e12 * 0.35), 1e-12);
+  a.backward = true;
+  EXPECT_NEAR(h100.roofline_s(attention_op(a)),
+              h100.attention_flops(a) / (989e12 * 0.35 * 0.75 / 0.9), 1e-12);
+}
+
 std::vector<OpDesc> unary_chain(int n, int64_t bytes) {
   std::vector<OpDesc> ops;
   for (int i = 0; i < n; ++i) ops.push_back(pointwise_op("aten::mul", OpKind::kElementwise, bytes, bytes));
