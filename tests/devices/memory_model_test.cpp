@@ -4,23 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "devices/error.h"
+#include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
 namespace {
 
-TransformerDims qwen3_8b() {
-  TransformerDims d;
-  d.vocab = 151936;
-  d.dim = 4096;
-  d.layers = 36;
-  d.heads = 32;
-  d.kv_heads = 8;
-  d.head_dim = 128;
-  d.ffn = 12288;
-  d.tied_embeddings = false;
-  d.qk_norm = true;
-  return d;
-}
+TransformerDims qwen3_8b() { return testing::qwen3_8b_dims(); }
 
 TEST(MemoryModel, Qwen3ParameterCount) {
   TransformerDims d = qwen3_8b();
