@@ -47,9 +47,24 @@ void TransportCommunicator::reduce_block(const at::Tensor& in, const std::vector
 }
 
 void TransportCommunicator::run_all_reduce(const at::Tensor& flat, ReduceOp op) {
-  std::vector<int64_t> counts, displs;
-  split_blocks(flat.numel(), size(), counts, displs);
+  const int n = size();
   const size_t es = flat.element_size();
+  if (flat.numel() * static_cast<int64_t>(es) <= kSmallAllReduceBytes) {
+    // Small buffers are latency bound: one all-gather of every rank's whole buffer, then
+    // the same rank-order reduction locally (so the bits match the large path).
+    const int64_t m = flat.numel();
+    at::Tensor all = at::empty({n * m}, flat.options());
+    std::memcpy(bytes_of(all) + rank() * m * es, flat.data_ptr(), m * es);
+    std::vector<int64_t> counts(n, m), displs(n);
+    for (int r = 0; r < n; ++r) displs[r] = r * m;
+    gather_in_place(all.data_ptr(), counts, displs, es);
+    std::vector<const void*> inputs(n);
+    for (int r = 0; r < n; ++r) inputs[r] = bytes_of(all) + r * m * es;
+    reduce_ordered(flat.scalar_type(), op, inputs, flat.data_ptr(), m);
+    return;
+  }
+  std::vector<int64_t> counts, displs;
+  split_blocks(flat.numel(), n, counts, displs);
   // The reduced block overwrites this rank's own block in place (reduce_ordered allows it).
   reduce_block(flat, counts, displs, bytes_of(flat) + displs[rank()] * es, op);
   gather_in_place(flat.data_ptr(), counts, displs, es);

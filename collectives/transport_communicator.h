@@ -14,11 +14,14 @@ namespace titan {
 //   exchange), then sums the n contributions to its own block in rank order. Same bytes
 //   on the wire as a ring ((n-1)/n of the buffer per rank), but the order of additions
 //   is fixed, which a ring or MPI_Allreduce's size-dependent algorithms do not give.
-// - all_reduce: reduce_scatter on near-equal blocks (any numel works), then all-gather.
+// - all_reduce: reduce_scatter on near-equal blocks (any numel works), then all-gather;
+//   up to kSmallAllReduceBytes: all-gather every rank's whole buffer and reduce locally
+//   (one latency instead of two; same rank-order sums, so same bits).
 // - all_gather, all_to_all, broadcast, send/recv, barrier: the backend's own primitives.
 class TransportCommunicator : public Communicator {
  public:
   using Communicator::Communicator;
+  static constexpr int64_t kSmallAllReduceBytes = 16 * 1024;
 
  protected:
   // Counts and displacements are in elements of elem_size bytes, indexed by group rank.

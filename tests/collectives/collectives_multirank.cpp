@@ -52,7 +52,7 @@ TEST(Collectives, AllReduceEveryDtypeOpAndModeIncludingUnevenSizes) {
     const int n = comm->size();
     for (auto dtype : kDtypes)
       for (auto op : kOps)
-        for (int64_t numel : {1, 7, 1000}) {  // 1 and 7: fewer / not divisible by ranks
+        for (int64_t numel : {1, 7, 1000, 10001}) {  // fewer than / not divisible by ranks; 10001: large path
           auto t = data(comm->rank(), numel, dtype);
           comm->all_reduce(t, op)->wait();
           EXPECT_TRUE(torch::equal(t, expected_reduce(all_ranks(n, numel, dtype), op)))
@@ -179,6 +179,17 @@ TEST(Collectives, ListOpsFusedAndSeparateAreBitIdenticalAndCorrect) {
       EXPECT_TRUE(torch::equal(rs_outs[i].view({-1}), red)) << mode << " " << i;
     }
   }
+}
+
+TEST(Collectives, SmallAndLargeAllReducePathsAgreeBitwise) {
+  auto& comm = world("separate").comm();
+  torch::manual_seed(99 + comm->rank());
+  auto whole = torch::randn({50000});  // 200 KB: reduce-scatter + all-gather path
+  std::vector<at::Tensor> pieces;
+  for (const auto& p : whole.split(1000)) pieces.push_back(p.clone());  // 4 KB: small path
+  comm->all_reduce(whole)->wait();
+  comm->all_reduce(pieces)->wait();
+  EXPECT_TRUE(torch::equal(whole, torch::cat(pieces)));
 }
 
 TEST(Collectives, FusedOpsRunAsynchronously) {
