@@ -7,10 +7,6 @@
 namespace titan {
 namespace {
 
-torch::Tensor apply_wrap(const WrapFn& wrap, const torch::Tensor& x, const ForwardFn& inner) {
-  return wrap ? wrap(x, inner) : inner(x);
-}
-
 // FNV-1a: a hash that is the same on every build, unlike std::hash.
 uint64_t stable_hash(const std::string& s, uint64_t seed) {
   uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
@@ -170,7 +166,9 @@ torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
   return torch::matmul(h, tok_embeddings->weight.t());
 }
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) { return head(hidden(tokens)); }
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  return apply_wrap(forward_wrap, tokens, [this](const torch::Tensor& t) { return head(hidden(t)); });
+}
 
 void TransformerImpl::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;

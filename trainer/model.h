@@ -1,7 +1,7 @@
 // The dense decoder (Qwen3 and Llama 3 from one code path), faithful to the Hugging Face
-// implementation. Knows nothing of parallelism: parallel/ changes it from outside through
-// the generic wrap points (Linear::wrap, Embedding::wrap, Transformer::block_wrappers) and
-// by replacing parameter tensors with shards.
+// implementation. Knows nothing of parallelism: plans change it from outside through the
+// generic hooks of parallel/module_hooks.h (WeightModule::wrap and ::weight,
+// Transformer::block_wrappers and ::forward_wrap) and by replacing parameters with shards.
 #pragma once
 
 #include <functional>
@@ -10,43 +10,33 @@
 
 #include <torch/torch.h>
 
+#include "parallel/module_hooks.h"
 #include "trainer/model_args.h"
 
 namespace titan {
 
-// A forward function and a wrapper around it: wrap(x, inner) may transform the input, call
-// inner, and transform the output (the hook through which parallel plans add collectives).
-using ForwardFn = std::function<torch::Tensor(const torch::Tensor&)>;
-using WrapFn = std::function<torch::Tensor(const torch::Tensor&, const ForwardFn&)>;
-
 // Bias-free linear layer y = x W^T with W [out, in].
-class LinearImpl : public torch::nn::Module {
+class LinearImpl : public WeightModule {
  public:
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-  WrapFn wrap;
 };
 TORCH_MODULE(Linear);
 
 // Token embedding as a row lookup (index, not embedding(), so it runs on the meta device).
-class EmbeddingImpl : public torch::nn::Module {
+class EmbeddingImpl : public WeightModule {
  public:
   EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& ids);
-  torch::Tensor weight;
-  WrapFn wrap;
 };
 TORCH_MODULE(Embedding);
 
 // RMSNorm over the last dim, computed in fp32 and scaled in the input dtype (as HF does).
-class RMSNormImpl : public torch::nn::Module {
+class RMSNormImpl : public WeightModule {
  public:
   RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
   double eps;
-  WrapFn wrap;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -89,10 +79,6 @@ class TransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TransformerBlock);
 
-// A block wrapper sees the layer index and the block's forward; wrappers run outermost first.
-using BlockWrapFn =
-    std::function<torch::Tensor(int64_t layer, const torch::Tensor& x, const ForwardFn& inner)>;
-
 class TransformerImpl : public torch::nn::Module {
  public:
   // Parameters are created directly on opts.device() (meta for simulation), uninitialized.
@@ -106,6 +92,9 @@ class TransformerImpl : public torch::nn::Module {
   // Deterministic init from the seed: each parameter draws from its own generator seeded by
   // (seed, parameter name), so the result does not depend on order, rank or mesh.
   void init_weights(uint64_t seed);
+
+  // Wraps the whole forward (tokens -> logits): where a plan gathers the root's parameters.
+  WrapFn forward_wrap;
 
   ModelArgs args;
   Embedding tok_embeddings{nullptr};

@@ -2,7 +2,11 @@
 // and by tests that train a few steps in-process.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "trainer/job_config.h"
 
@@ -11,6 +15,7 @@ namespace titan {
 struct TrainResult {
   std::vector<double> losses;  // global mean loss per step
   std::vector<double> grad_norms;
+  std::map<std::string, torch::Tensor> final_params;  // this rank's (shards under FSDP)
 };
 
 // Runs cfg.training.steps optimizer steps; throws titan::Error on bad input.
