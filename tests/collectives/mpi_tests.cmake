@@ -43,3 +43,10 @@ add_test(NAME collectives_mpi_rank_dies
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(collectives_gloo_rank_dies collectives_mpi_rank_dies
                      PROPERTIES TIMEOUT 60 PROCESSORS 2)
+
+# launch/titan-launch drives a multi-rank binary end to end (gloo: it sets TITAN_RUN_ID).
+add_test(NAME launch_titan_launch_gloo_np2
+         COMMAND ${CMAKE_SOURCE_DIR}/launch/titan-launch -n 2 --backend gloo -- --backend=gloo
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(launch_titan_launch_gloo_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2
+                     ENVIRONMENT "TITAN_LAUNCH_BINARY=$<TARGET_FILE:collectives_multirank>")
