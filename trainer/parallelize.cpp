@@ -4,13 +4,13 @@
 #include "parallel/activation_checkpoint.h"
 
 namespace titan {
-namespace {
-
 torch::ScalarType dtype_named(const std::string& name) {
   if (name == "bfloat16") return torch::kBFloat16;
   if (name == "float16") return torch::kFloat16;
   return torch::kFloat32;
 }
+
+namespace {
 
 std::vector<NamedModule> weight_modules_under(torch::nn::Module& parent, const std::string& prefix) {
   std::vector<NamedModule> out;

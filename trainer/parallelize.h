@@ -16,6 +16,9 @@ struct ParallelizedModel {
   std::unique_ptr<Fsdp> fsdp;  // null when no data parallelism is used
 };
 
+// "float32" | "bfloat16" | "float16" (the config's dtype names) as a torch dtype.
+torch::ScalarType dtype_named(const std::string& name);
+
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
 
 // The model's modules grouped as FSDP units: the root (embeddings, final norm, output) and

@@ -1,0 +1,73 @@
+// Trainer: the state of one training job (mesh, data, model, plans, optimizer, step) and the
+// training step itself. Used by train() (the loop), by checkpointing (which saves and
+// restores the state below) and by the simulator (which runs one step on the meta device).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collectives/world.h"
+#include "parallel/device_mesh.h"
+#include "parallel/parallel_dims.h"
+#include "trainer/data_loader.h"
+#include "trainer/job_config.h"
+#include "trainer/metrics.h"
+#include "trainer/model.h"
+#include "trainer/optimizer.h"
+#include "trainer/parallelize.h"
+#include "trainer/tokenizer.h"
+
+namespace titan {
+
+CommOptions comm_options(const JobConfig& cfg);
+ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size);
+
+class Trainer {
+ public:
+  // Starts the collective layer (or takes `world`), builds mesh, data, model, plans and
+  // optimizer. Every rank constructs it with the same config.
+  explicit Trainer(const JobConfig& cfg, std::shared_ptr<World> world = nullptr);
+
+  struct StepResult {
+    double loss = 0;       // global mean over the global batch
+    double grad_norm = 0;  // global, before clipping
+    double lr = 0;
+    double seconds = 0;
+  };
+  // One optimizer step on the next global batch (micro-batches accumulated).
+  StepResult train_step();
+
+  // Memory of this rank, for metrics: parameters (shards), gradients, optimizer state.
+  int64_t param_bytes() const;
+  int64_t tokens_per_step() const { return global_batch_ * cfg_.training.seq_len; }
+  bool is_writer() const { return world_->rank() == 0; }
+
+  const JobConfig& config() const { return cfg_; }
+  const ModelArgs& model_args() const { return args_; }
+  World& world() { return *world_; }
+  DeviceMesh& mesh() { return *mesh_; }
+  const ParallelDims& dims() const { return dims_; }
+  Transformer& model() { return model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  DataLoader& loader() { return *loader_; }
+  Fsdp* fsdp() { return parallel_.fsdp.get(); }
+  int64_t step() const { return step_; }  // optimizer steps taken
+  void set_step(int64_t s) { step_ = s; }
+
+ private:
+  JobConfig cfg_;
+  std::shared_ptr<World> world_;
+  ParallelDims dims_;
+  std::shared_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelArgs args_;
+  Transformer model_{nullptr};
+  ParallelizedModel parallel_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::vector<NamedParam> params_;
+  int64_t global_batch_ = 0;
+  int64_t step_ = 0;
+};
+
+}  // namespace titan
