@@ -169,6 +169,8 @@ Registry make_registry(JobConfig& c) {
         "limit for start-up rendezvous");
   r.add("comm", "train_timeout_seconds", &c.comm.train_timeout_seconds, 1, kInf,
         "limit for one collective");
+  r.add("comm", "rendezvous_dir", &c.comm.rendezvous_dir, {},
+        "gloo: shared folder where ranks meet (\"\": /tmp/titan-gloo-<job id>)");
 
   r.add("simulation", "enable", &c.simulation.enable, "run the step on simulated hardware");
   r.add("simulation", "device", &c.simulation.device, {}, "chip name, e.g. tpu-v7, h100");

@@ -108,6 +108,7 @@ struct CommSection {
   double bucket_cap_mb = 25;
   double init_timeout_seconds = 300;
   double train_timeout_seconds = 100;
+  std::string rendezvous_dir = "";  // gloo file store; "" : /tmp/titan-gloo-<launcher job id>
 };
 
 struct SimulationSection {

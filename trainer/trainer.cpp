@@ -23,6 +23,7 @@ CommOptions comm_options(const JobConfig& cfg) {
   o.bucket_cap_mb = cfg.comm.bucket_cap_mb;
   o.init_timeout_seconds = cfg.comm.init_timeout_seconds;
   o.train_timeout_seconds = cfg.comm.train_timeout_seconds;
+  o.rendezvous_dir = cfg.comm.rendezvous_dir;
   return o;
 }
 

@@ -7,3 +7,34 @@ foreach(backend mpi gloo)
   titan_mpi_test(parallel_mesh_${backend}_np4 4 $<TARGET_FILE:parallel_multirank>
                  --backend=${backend})
 endforeach()
+
+# Loss parity of FSDP / DDP / HSDP against a single process (tests/parallel/loss_parity.py).
+add_executable(parity_runner ${CMAKE_CURRENT_LIST_DIR}/parity_runner.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+titan_torch_target(parity_runner)
+target_link_libraries(parity_runner PRIVATE titan_trainer)
+set(_fsdp4 --parallelism.data_parallel_shard_degree=4)
+set(_ddp2 --parallelism.data_parallel_replicate_degree=2,--parallelism.data_parallel_shard_degree=1)
+set(_hsdp --parallelism.data_parallel_replicate_degree=2,--parallelism.data_parallel_shard_degree=2)
+foreach(backend mpi gloo)
+  set(_layouts)
+  foreach(mode fused separate)
+    set(_c --comm.backend=${backend},--comm.collective_mode=${mode})
+    list(APPEND _layouts fsdp4_${mode}:4:${_fsdp4},${_c} ddp2_${mode}:2:${_ddp2},${_c}
+         hsdp2x2_${mode}:4:${_hsdp},${_c})
+  endforeach()
+  add_test(NAME parallel_loss_parity_${backend}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                   ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- ${_layouts}
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(parallel_loss_parity_${backend} PROPERTIES TIMEOUT 900 PROCESSORS 4)
+endforeach()
+# Reshard policies and activation checkpointing change memory, never the numbers.
+add_test(NAME parallel_loss_parity_reshard_and_ac
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} --
+                 fsdp2_reshard_always:2:--parallelism.fsdp_reshard_after_forward=always
+                 fsdp2_reshard_never:2:--parallelism.fsdp_reshard_after_forward=never
+                 fsdp2_ac_full:2:--activation_checkpoint.mode=full
+                 single_ac_selective:1:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_every=2
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_reshard_and_ac PROPERTIES TIMEOUT 600 PROCESSORS 2)
