@@ -65,6 +65,11 @@ class MpiCommunicator : public TransportCommunicator {
                          element_type(elem_size), comm_.get()));
   }
 
+  void gather(const void* in, void* out, int64_t count, size_t elem_size) override {
+    MPI_Datatype t = element_type(elem_size);
+    check(MPI_Allgather(in, to_int(count), t, out, to_int(count), t, comm_.get()));
+  }
+
   void bcast(void* buf, int64_t count, size_t elem_size, int root) override {
     check(MPI_Bcast(buf, to_int(count), element_type(elem_size), root, comm_.get()));
   }

@@ -77,13 +77,15 @@ void TransportCommunicator::run_reduce_scatter(const at::Tensor& out, const at::
   reduce_block(in, counts, displs, out.data_ptr(), op);
 }
 
+void TransportCommunicator::gather(const void* in, void* out, int64_t count, size_t es) {
+  std::memcpy(static_cast<char*>(out) + rank() * count * es, in, count * es);
+  std::vector<int64_t> counts(size(), count), displs(size());
+  for (int r = 0; r < size(); ++r) displs[r] = r * count;
+  gather_in_place(out, counts, displs, es);
+}
+
 void TransportCommunicator::run_all_gather(const at::Tensor& out, const at::Tensor& in) {
-  const int64_t m = in.numel();
-  const size_t es = in.element_size();
-  std::memcpy(bytes_of(out) + rank() * m * es, in.data_ptr(), m * es);
-  std::vector<int64_t> counts(size(), m), displs(size());
-  for (int r = 0; r < size(); ++r) displs[r] = r * m;
-  gather_in_place(out.data_ptr(), counts, displs, es);
+  gather(in.data_ptr(), out.data_ptr(), in.numel(), in.element_size());
 }
 
 void TransportCommunicator::run_all_to_all(const at::Tensor& out, const at::Tensor& in) {

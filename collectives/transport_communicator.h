@@ -36,6 +36,9 @@ class TransportCommunicator : public Communicator {
   // rank's block is already in place. Blocks are contiguous and in rank order.
   virtual void gather_in_place(void* buf, const std::vector<int64_t>& counts,
                                const std::vector<int64_t>& displs, size_t elem_size) = 0;
+  // All-gather of equal blocks from `in` into `out` (count elements per rank). Default:
+  // copy in into block rank() and gather in place; a backend may do it in one call.
+  virtual void gather(const void* in, void* out, int64_t count, size_t elem_size);
   virtual void bcast(void* buf, int64_t count, size_t elem_size, int root) = 0;
   virtual void send_raw(const void* buf, int64_t count, size_t elem_size, int dst, int tag) = 0;
   virtual void recv_raw(void* buf, int64_t count, size_t elem_size, int src, int tag) = 0;
