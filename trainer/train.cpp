@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "devices/error.h"
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace titan {
@@ -47,9 +48,13 @@ TrainResult train(const JobConfig& cfg) {
                 trainer.optimizer().state_bytes() / 1048576.0);
   }
   TrainResult result;
+  Checkpointer checkpointer(trainer);  // resumes (or loads initial weights) when configured
+  checkpointer.load_at_start();
+  if (checkpointer.create_seed_checkpoint()) return result;
   while (trainer.step() < cfg.training.steps) {
     const Trainer::StepResult r = trainer.train_step();
     const int64_t step = trainer.step();
+    checkpointer.after_step(step, cfg.training.steps);
     result.losses.push_back(r.loss);
     result.grad_norms.push_back(r.grad_norm);
     if (step == 1 || step % cfg.metrics.log_freq == 0 || step == cfg.training.steps) {

@@ -1,0 +1,291 @@
+// Checkpoints in one process: save/load round trip, h5py reads what titan wrote, damaged
+// checkpoints (truncated, flipped bytes, missing shard, no marker, another model) are skipped
+// or refused without a crash, keep_latest_k, async equals sync, Hugging Face export/import and
+// the PyTorch reference's loss on the exported weights. Multi-process resume tests live in
+// checkpoint_resume.py (mpi_tests.cmake).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "devices/error.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_hdf5.h"
+#include "trainer/checkpoint_io.h"
+#include "trainer/config_loader.h"
+#include "trainer/hf_interop.h"
+#include "trainer/trainer.h"
+
+namespace titan {
+namespace {
+namespace fs = std::filesystem;
+
+std::string tmp_dir(const std::string& tag) {
+  const fs::path d = fs::temp_directory_path() / ("titan_ckpt_test_" + tag);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+JobConfig tiny(const std::string& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
+                                   "--job.dump_folder", dir, "--training.seq_len", "32",
+                                   "--training.local_batch_size", "4", "--training.steps", "20",
+                                   "--metrics.peak_flops", "1e11", "--checkpoint.enable", "true",
+                                   "--checkpoint.folder", dir + "/ckpt", "--checkpoint.interval", "1000",
+                                   "--checkpoint.last_save_model_only", "false"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return load_job_config(args);
+}
+
+void expect_same_state(Trainer& a, Trainer& b) {
+  auto& pa = a.optimizer().params();
+  auto& pb = b.optimizer().params();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::equal(pa[i].param, pb[i].param)) << pa[i].name;
+    EXPECT_TRUE(torch::equal(a.optimizer().states()[i].exp_avg, b.optimizer().states()[i].exp_avg)) << pa[i].name;
+    EXPECT_TRUE(torch::equal(a.optimizer().states()[i].exp_avg_sq, b.optimizer().states()[i].exp_avg_sq));
+  }
+  EXPECT_EQ(a.step(), b.step());
+  EXPECT_EQ(a.optimizer().step_count(), b.optimizer().step_count());
+  EXPECT_EQ(a.loader().consumed_sequences(), b.loader().consumed_sequences());
+}
+
+TEST(Checkpoint, SaveLoadRoundTripAndExactContinuation) {
+  const std::string dir = tmp_dir("roundtrip");
+  JobConfig cfg = tiny(dir);
+  Trainer a(cfg);
+  for (int i = 0; i < 3; ++i) a.train_step();
+  Checkpointer ca(a);
+  ca.save(3, false);
+  ASSERT_TRUE(fs::exists(dir + "/ckpt/step-3/COMPLETE"));
+  ASSERT_TRUE(fs::exists(dir + "/ckpt/step-3/rank-00000.h5"));
+
+  Trainer b(cfg);
+  Checkpointer cb(b);
+  EXPECT_EQ(cb.load_at_start(), 3);
+  expect_same_state(a, b);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.train_step().loss, b.train_step().loss) << "step " << 4 + i;
+}
+
+TEST(Checkpoint, H5pyReadsTheTrainersValue) {
+  const std::string dir = tmp_dir("h5py");
+  JobConfig cfg = tiny(dir);
+  Trainer t(cfg);
+  t.train_step();
+  Checkpointer c(t);
+  c.save(1, false);
+  const std::string name = "layers.1.attention.wq.weight";
+  const std::string out = dir + "/wq.bin";
+  const std::string cmd = "/usr/bin/python3 " + std::string(TITAN_SOURCE_DIR) + "/tests/reference/h5_read.py " +
+                          dir + "/ckpt/step-1/rank-00000.h5 model/" + name + " " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  torch::Tensor expected;
+  for (auto& p : t.optimizer().params())
+    if (p.name == name) expected = p.param.detach().reshape({-1});
+  ASSERT_TRUE(expected.defined());
+  std::ifstream f(out, std::ios::binary);
+  auto got = torch::empty_like(expected);
+  f.read(static_cast<char*>(got.data_ptr()), got.nbytes());
+  ASSERT_TRUE(f.good());
+  EXPECT_TRUE(torch::equal(got, expected));
+}
+
+// Saves steps 2 and 4; returns the directory of step 4.
+std::string two_checkpoints(const std::string& dir) {
+  JobConfig cfg = tiny(dir);
+  Trainer t(cfg);
+  Checkpointer c(t);
+  t.train_step(), t.train_step();
+  c.save(2, false);
+  t.train_step(), t.train_step();
+  c.save(4, false);
+  return dir + "/ckpt/step-4";
+}
+
+// A fresh job resumes from step 2 (skipping the damaged step 4) and refuses load_step 4.
+void expect_skip_and_refuse(const std::string& dir, const std::string& what) {
+  {
+    Trainer t(tiny(dir));
+    Checkpointer c(t);
+    EXPECT_EQ(c.load_at_start(), 2) << what;
+  }
+  Trainer t(tiny(dir, {"--checkpoint.load_step", "4"}));
+  Checkpointer c(t);
+  try {
+    c.load_at_start();
+    ADD_FAILURE() << what << ": load_step 4 should have failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step-4"), std::string::npos) << e.what();
+    std::printf("%s -> %s\n", what.c_str(), e.what());
+  }
+  EXPECT_EQ(t.step(), 0) << what << ": a failed load must leave the state untouched";
+}
+
+TEST(Checkpoint, FlippedBytesAreDetected) {
+  const std::string dir = tmp_dir("flip");
+  const std::string step4 = two_checkpoints(dir);
+  const std::string file = step4 + "/rank-00000.h5";
+  haddr_t offset;
+  {
+    h5::Handle f = h5::open_file_readonly(file);
+    h5::Handle g = h5::open_group(f.get(), "optimizer/exp_avg_sq");
+    h5::Handle ds = h5::open_dataset(g.get(), "layers.2.feed_forward.w2.weight");
+    offset = H5Dget_offset(ds.get());
+    ASSERT_NE(offset, HADDR_UNDEF);
+  }
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset + 1000);
+  char b[4];
+  f.read(b, 4);
+  for (char& x : b) x = static_cast<char>(~x);
+  f.seekp(offset + 1000);
+  f.write(b, 4);
+  f.close();
+  expect_skip_and_refuse(dir, "flipped bytes");
+}
+
+TEST(Checkpoint, TruncatedFileIsDetected) {
+  const std::string dir = tmp_dir("trunc");
+  const std::string step4 = two_checkpoints(dir);
+  const std::string file = step4 + "/rank-00000.h5";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  expect_skip_and_refuse(dir, "truncated file");
+}
+
+TEST(Checkpoint, MissingShardAndMissingMarkerAreDetected) {
+  const std::string dir = tmp_dir("missing");
+  const std::string step4 = two_checkpoints(dir);
+  fs::remove(step4 + "/rank-00000.h5");
+  expect_skip_and_refuse(dir, "missing shard");
+  fs::remove_all(step4);
+  const std::string step2 = dir + "/ckpt/step-2";
+  fs::rename(step2 + "/COMPLETE", step2 + "/COMPLETE.off");
+  Trainer t(tiny(dir));
+  Checkpointer c(t);
+  EXPECT_EQ(c.load_at_start(), 0) << "a step without COMPLETE must not be loaded";
+}
+
+TEST(Checkpoint, AnotherModelIsAConfigError) {
+  const std::string dir = tmp_dir("other_model");
+  two_checkpoints(dir);
+  Trainer t(tiny(dir, {"--model.n_layers", "3"}));
+  Checkpointer c(t);
+  try {
+    c.load_at_start();
+    ADD_FAILURE() << "a checkpoint of another model must not load";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, KeepLatestKPrunesAndLastSaveIsModelOnlyExport) {
+  const std::string dir = tmp_dir("prune");
+  JobConfig cfg = tiny(dir, {"--checkpoint.interval", "1", "--checkpoint.keep_latest_k", "2",
+                             "--checkpoint.last_save_model_only", "true", "--checkpoint.export_dtype", "bfloat16"});
+  Trainer t(cfg);
+  Checkpointer c(t);
+  for (int64_t s = 1; s <= 5; ++s) {
+    t.train_step();
+    c.after_step(s, 5);
+  }
+  std::vector<int64_t> steps;
+  for (auto& s : list_step_folders(dir + "/ckpt")) steps.push_back(s.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{5, 4, 3})) << "k=2 full checkpoints plus the final export";
+  const std::string last = dir + "/ckpt/step-5";
+  EXPECT_TRUE(fs::exists(last + "/model.safetensors"));
+  EXPECT_TRUE(fs::exists(last + "/config.json"));
+  auto hf = load_safetensors(last + "/model.safetensors");
+  EXPECT_EQ(hf.at("model.layers.0.self_attn.q_proj.weight").scalar_type(), torch::kBFloat16);
+  // Resume skips the export and takes step 4; the export loads as initial weights.
+  Trainer r(cfg);
+  Checkpointer cr(r);
+  EXPECT_EQ(cr.load_at_start(), 4);
+  Trainer w(tiny(tmp_dir("prune_init"), {"--checkpoint.initial_load_path", last}));
+  Checkpointer cw(w);
+  EXPECT_EQ(cw.load_at_start(), 0);
+  auto& p = w.optimizer().params()[0];
+  EXPECT_TRUE(torch::equal(p.param, t.optimizer().params()[0].param.to(torch::kBFloat16).to(torch::kFloat32)));
+}
+
+TEST(Checkpoint, AsyncSaveWritesTheStateOfItsStep) {
+  const std::string dir_s = tmp_dir("sync"), dir_a = tmp_dir("async");
+  Trainer s(tiny(dir_s)), a(tiny(dir_a, {"--checkpoint.async_mode", "async"}));
+  Checkpointer cs(s), ca(a);
+  for (int64_t step = 1; step <= 4; ++step) {
+    s.train_step(), a.train_step();
+    if (step % 2 == 0) cs.save(step, false), ca.save(step, false);  // async: training goes on
+  }
+  ca.wait();
+  for (int64_t step : {2, 4}) {
+    CheckpointReader rs(dir_s + "/ckpt/step-" + std::to_string(step), {"rank-00000.h5"}, {-1});
+    CheckpointReader ra(dir_a + "/ckpt/step-" + std::to_string(step), {"rank-00000.h5"}, {-1});
+    for (const char* g : {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"}) {
+      for (auto& n : rs.names(g)) EXPECT_TRUE(torch::equal(rs.read_full(g, n), ra.read_full(g, n))) << g << "/" << n;
+    }
+    EXPECT_EQ(ra.meta().data_consumed_sequences, rs.meta().data_consumed_sequences);
+  }
+}
+
+TEST(Checkpoint, HuggingFaceExportImportRoundTripIsExact) {
+  const std::string dir = tmp_dir("hf");
+  Trainer t(tiny(dir));
+  t.train_step(), t.train_step();
+  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
+  auto hf = load_safetensors(dir + "/model.safetensors");
+  for (const char* n : {"model.embed_tokens.weight", "model.layers.3.self_attn.k_norm.weight",
+                        "model.layers.0.mlp.gate_proj.weight", "model.layers.0.post_attention_layernorm.weight",
+                        "model.norm.weight", "lm_head.weight"})
+    EXPECT_TRUE(hf.count(n)) << n;
+  EXPECT_EQ(hf.size(), t.optimizer().params().size());
+  Trainer u(tiny(tmp_dir("hf_load"), {"--checkpoint.initial_load_path", dir}));
+  Checkpointer c(u);
+  c.load_at_start();
+  for (size_t i = 0; i < t.optimizer().params().size(); ++i)
+    EXPECT_TRUE(torch::equal(t.optimizer().params()[i].param, u.optimizer().params()[i].param));
+  // Tied embeddings: no lm_head in the export, and it imports back.
+  ModelArgs tied = t.model_args();
+  tied.tie_embeddings = true;
+  TensorMap titan_t;
+  Transformer m(tied, 8, torch::TensorOptions());
+  m->init_weights(3);
+  for (auto& p : m->named_parameters()) titan_t[p.key()] = p.value().detach();
+  auto hf_t = to_hf(titan_t, torch::kFloat32);
+  EXPECT_FALSE(hf_t.count("lm_head.weight"));
+  auto back = from_hf(hf_t, tied);
+  for (auto& [k, v] : titan_t) EXPECT_TRUE(torch::equal(back.at(k), v)) << k;
+}
+
+TEST(Checkpoint, PyTorchReferenceComputesTheSameLossOnExportedWeights) {
+  const std::string dir = tmp_dir("hf_ref");
+  Trainer t(tiny(dir));
+  for (int i = 0; i < 3; ++i) t.train_step();
+  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
+  torch::manual_seed(1);
+  const ModelArgs& a = t.model_args();
+  auto inputs = torch::randint(0, a.vocab_size, {2, 32}, torch::kInt64);
+  auto labels = torch::randint(0, a.vocab_size, {2, 32}, torch::kInt64);
+  double titan_loss;
+  {
+    torch::NoGradGuard ng;
+    titan_loss = cross_entropy_sum(t.model()->forward(inputs), labels, 64.0).item<double>();
+  }
+  nlohmann::json cfg = {{"n_layers", a.n_layers}, {"head_dim", a.head_dim}, {"norm_eps", a.norm_eps},
+                        {"rope_theta", a.rope_theta}, {"qk_norm", a.qk_norm}};
+  save_safetensors(dir + "/batch.safetensors", {{"inputs", inputs}, {"labels", labels}}, {{"config", cfg.dump()}});
+  const std::string cmd = "/usr/bin/python3 " + std::string(TITAN_SOURCE_DIR) + "/tests/reference/hf_loss.py " +
+                          dir + "/model.safetensors " + dir + "/batch.safetensors " + dir + "/loss.txt";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  double ref = 0;
+  std::ifstream(dir + "/loss.txt") >> ref;
+  std::printf("titan loss %.10f, PyTorch reference on exported HF weights %.10f\n", titan_loss, ref);
+  EXPECT_NEAR(titan_loss, ref, 1e-5 * std::abs(ref));
+}
+
+}  // namespace
+}  // namespace titan
