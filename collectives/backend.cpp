@@ -26,6 +26,7 @@ void register_builtin_backends() {
   std::call_once(once, [] {
     register_mpi_backend();
     register_gloo_backend();
+    register_sim_backend();
   });
 }
 

@@ -39,5 +39,6 @@ std::unique_ptr<Backend> make_backend(const CommOptions& options);
 // Defined by each backend's file; listed in register_builtin_backends().
 void register_mpi_backend();
 void register_gloo_backend();
+void register_sim_backend();  // collectives/sim_backend.cpp
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #include "collectives/communicator.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "collectives/fusion.h"
 #include "collectives/progress_thread.h"
@@ -66,7 +67,21 @@ void Communicator::check_reducible(const char* op, const at::Tensor& t) const {
               t.scalar_type(), " cannot be reduced (float32, float64, bfloat16, int32, int64)");
 }
 
+namespace {
+std::mutex observer_mu;
+CollectiveObserver observer;
+}  // namespace
+
+void set_collective_observer(CollectiveObserver o) {
+  std::lock_guard<std::mutex> lock(observer_mu);
+  observer = std::move(o);
+}
+
 void Communicator::run_watched(const OpInfo& info, const std::function<void()>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(observer_mu);
+    if (observer) observer(info);
+  }
   WatchScope watch(info, options_.train_timeout_seconds);
   current_op_ = info;
   fn();

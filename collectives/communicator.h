@@ -87,6 +87,11 @@ class Communicator {
   // Devices this backend accepts (default: CPU only).
   virtual bool accepts(const at::Tensor& tensor) const;
 
+  // Runs fn now (separate mode, size-1 groups) or on the progress thread (fused mode).
+  // Virtual so that the sim backend can record the issue and hand back a Work that records
+  // its wait instead of running anything.
+  virtual WorkPtr submit(OpInfo info, std::function<void()> fn);
+
   const OpInfo& current_op() const { return current_op_; }
   // Runs every queued op and joins the progress thread. Backends call it first thing in
   // their destructor, before the resources the queued ops use go away.
@@ -94,8 +99,6 @@ class Communicator {
 
  private:
   OpInfo make_info(const char* op, int64_t bytes) const;
-  // Runs fn now (separate mode, size-1 groups) or on the progress thread (fused mode).
-  WorkPtr submit(OpInfo info, std::function<void()> fn);
   void run_watched(const OpInfo& info, const std::function<void()>& fn);
   void check_tensor(const char* op, const at::Tensor& t) const;
   void check_reducible(const char* op, const at::Tensor& t) const;
@@ -108,5 +111,11 @@ class Communicator {
   OpInfo current_op_;
   std::unique_ptr<ProgressThread> progress_;  // created on the first async op
 };
+
+// Process-wide observer of every collective a communicator runs (op, group, total bytes of
+// the call), called on the thread that runs it; for op logs and tests that compare a real
+// run's collectives with a simulated one. Empty (default): nothing is called.
+using CollectiveObserver = std::function<void(const OpInfo&)>;
+void set_collective_observer(CollectiveObserver observer);
 
 }  // namespace titan

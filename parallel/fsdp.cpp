@@ -12,7 +12,9 @@ namespace {
 
 // Frees a buffer's memory while keeping its TensorImpl (and every view of it that autograd
 // saved) intact; refill_storage gives it memory again before the views are read.
+// Meta tensors (simulated runs) have no memory to free or refill.
 void free_storage(const torch::Tensor& t) {
+  if (t.is_meta()) return;
   auto* impl = t.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == 0) return;
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
@@ -20,6 +22,7 @@ void free_storage(const torch::Tensor& t) {
 }
 
 void refill_storage(const torch::Tensor& t) {
+  if (t.is_meta()) return;
   auto* impl = t.storage().unsafeGetStorageImpl();
   const size_t bytes = t.numel() * t.element_size();
   if (impl->nbytes() == bytes) return;

@@ -7,6 +7,7 @@
 
 #include "devices/error.h"
 #include "trainer/config_loader.h"
+#include "trainer/simulate.h"
 #include "trainer/train.h"
 
 int main(int argc, char** argv) {
@@ -20,7 +21,11 @@ int main(int argc, char** argv) {
   try {
     titan::JobConfig cfg = titan::load_job_config(args);
     if (cfg.job.print_config) std::cout << titan::config_to_toml(cfg) << std::endl;
-    titan::train(cfg);
+    if (cfg.simulation.enable) {
+      titan::run_simulation(cfg);  // the same step on simulated hardware (trainer/simulate.h)
+    } else {
+      titan::train(cfg);
+    }
     return 0;
   } catch (const titan::Error& e) {
     const bool config = e.kind() == titan::ErrorKind::kConfig;

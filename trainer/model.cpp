@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 
 namespace titan {
 namespace {
@@ -99,15 +100,22 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
   const int64_t H = q.size(1), KV = k.size(1);
-  if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
-    k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-    v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+  torch::Tensor attn;
+  {
+    // Profiling annotation only (no effect on the math): the simulator costs what runs in
+    // this scope as one flash-attention kernel (trainer/trace_recorder.h, kAttentionScope).
+    RECORD_FUNCTION("titan::attention", std::vector<c10::IValue>({q, k, v}));
+    if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
+      k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+      v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+    }
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
+    auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+    auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+    attn = torch::matmul(probs, v);
   }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
-  auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  auto out = torch::matmul(probs, v).transpose(1, 2).reshape({B, S, H * head_dim});
+  auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});
   return wo(out);
 }
 

@@ -1,0 +1,110 @@
+// calibrate_cpu: measures this host's constants for the simulator's `cpu` device (sgemm rate
+// and memory bandwidth per process under the run's process count, MPI latency and bandwidth
+// between two ranks, eager per-op overhead) and writes the file that
+// devices::load_cpu_calibration reads. Run by launch/calibrate-cpu under mpirun -np 2.
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best time of `reps` runs of fn (every rank runs at once: the rate under contention).
+template <class F>
+double best_time(int reps, F fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    fn();
+    best = std::min(best, now() - t0);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string out = "outputs/cpu_calibration.toml";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--out") out = argv[i + 1];
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // As titan-train does: the host's cores divided among the ranks on it.
+  torch::set_num_threads(std::max(1, cores / size));
+  torch::NoGradGuard no_grad;
+
+  // sgemm: the best rate over square shapes large enough to reach the BLAS peak.
+  double sgemm = 0;
+  for (int64_t n : {512, 1024, 1536}) {
+    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+    auto c = torch::mm(a, b);
+    const double t = best_time(5, [&] { torch::mm_out(c, a, b); });
+    sgemm = std::max(sgemm, 2.0 * n * n * n / t);
+  }
+  // Memory bandwidth: a copy far larger than the caches (bytes read + written).
+  auto src = torch::ones({int64_t{64} << 20}), dst = torch::empty_like(src);
+  dst.copy_(src);
+  const double copy_t = best_time(5, [&] { dst.copy_(src); });
+  const double mem_bw = 2.0 * static_cast<double>(src.nbytes()) / copy_t;
+  // Eager per-op framework overhead: a tiny elementwise op.
+  auto x = torch::ones({8}), y = torch::ones({8});
+  const int n_ops = 20000;
+  const double op_t = best_time(3, [&] {
+    for (int i = 0; i < n_ops; ++i) x.add_(y);
+  }) / n_ops;
+
+  // MPI ping-pong between ranks 0 and 1: latency (8 bytes) and bandwidth (16 MiB).
+  auto pingpong = [&](int64_t bytes, int reps) {
+    std::vector<char> buf(static_cast<size_t>(bytes));
+    double t = best_time(3, [&] {
+      for (int r = 0; r < reps; ++r) {
+        if (rank == 0) {
+          MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+          MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+          MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+        }
+      }
+    });
+    return t / reps / 2.0;  // one way
+  };
+  double lat = 0, bw = 0;
+  if (size >= 2) {
+    lat = pingpong(8, 2000);
+    bw = static_cast<double>(int64_t{16} << 20) / pingpong(int64_t{16} << 20, 10);
+  }
+  // Report the slowest rank's compute figures (the step waits for it).
+  double mine[3] = {-sgemm, -mem_bw, op_t}, worst[3];
+  MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::ofstream f(out);
+    f << "# cpu device calibration, measured by launch/calibrate-cpu with " << size
+      << " ranks on this host\n";
+    f << "sgemm_flops = " << -worst[0] << "\n";
+    f << "mem_bytes_per_s = " << -worst[1] << "\n";
+    f << "mpi_latency_s = " << (size >= 2 ? lat : 2e-6) << "\n";
+    f << "mpi_bytes_per_s = " << (size >= 2 ? bw : 5e9) << "\n";
+    f << "op_overhead_s = " << worst[2] << "\n";
+    f << "cores = " << cores << "\n";
+    f.close();
+    std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, MPI latency %.3g s, MPI %.3g B/s -> %s\n",
+                -worst[0], -worst[1], worst[2], lat, bw, out.c_str());
+  }
+  MPI_Finalize();
+  return 0;
+}

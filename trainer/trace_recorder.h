@@ -1,0 +1,52 @@
+// TraceRecorder: while alive, turns every leaf aten op this process runs (forward, backward,
+// optimizer; meta tensors welcome) and every collective the `sim` backend receives into a
+// devices::Trace for the step simulator. Used by trainer/simulate.cpp and its tests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/sim_backend.h"
+#include "devices/step_simulator.h"
+
+namespace titan {
+
+// Name of the profiling scope the model puts around its attention core (scores, mask,
+// softmax, probs x V); its inputs are q [B, H, S, D], k and v [B, KV, S, D] before GQA
+// expansion. The recorder costs the scope as one flash-attention kernel, and the backward
+// nodes autograd created inside it as one flash-attention backward kernel.
+constexpr const char* kAttentionScope = "titan::attention";
+
+// Communicator names of the trainer's mesh -> group names devices::Placement knows.
+std::string placement_group(const std::string& communicator_name);
+
+class TraceRecorder {
+ public:
+  // Installs a global at::RecordFunction callback (FUNCTION, BACKWARD_FUNCTION and
+  // USER_SCOPE, inputs and outputs) and the sim listener. One recorder at a time.
+  TraceRecorder();
+  ~TraceRecorder();
+  TraceRecorder(const TraceRecorder&) = delete;
+  TraceRecorder& operator=(const TraceRecorder&) = delete;
+
+  const devices::Trace& trace() const { return trace_; }
+  // Every Communicator call in issue order (kCall events), for comparison with real runs.
+  const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
+  // Recorded leaf ops per aten name (attention ops under kAttentionScope's name).
+  const std::map<std::string, int64_t>& op_counts() const { return op_counts_; }
+
+  // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).
+  void add_compute(const devices::OpDesc& op);
+  void add_collective(const SimCollectiveEvent& e);
+
+ private:
+  devices::Trace trace_;
+  std::vector<SimCollectiveEvent> calls_;
+  std::map<std::string, int64_t> op_counts_;
+  std::map<int64_t, int64_t> work_of_;  // sim id -> trace work id
+  uint64_t handle_ = 0;
+};
+
+}  // namespace titan
