@@ -14,10 +14,25 @@ namespace titan {
 
 struct ParallelizedModel {
   std::unique_ptr<Fsdp> fsdp;  // null when no data parallelism is used
+  // Loss summed over tokens / normalizer, on what the model returns (full logits, or the
+  // vocabulary shard under loss parallel).
+  std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& labels,
+                              double normalizer)>
+      loss;
+  // Tensor parallel: replicated parameters whose gradients are partial sums over the tp
+  // group (per-head QK-norms; every norm under sequence parallel), all-reduced after
+  // backward; and the parameters sharded over tp (their squares are summed over tp for the
+  // global gradient norm, replicated ones are counted once).
+  std::vector<torch::Tensor> tp_partial_grads;
+  std::vector<torch::Tensor> tp_sharded;
+  std::vector<int64_t> tp_shard_dims;  // the dim each tp_sharded parameter is split on
 };
 
 // "float32" | "bfloat16" | "float16" (the config's dtype names) as a torch dtype.
 torch::ScalarType dtype_named(const std::string& name);
+
+// Checks that the model divides over the tensor-parallel degree; config errors otherwise.
+void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
 
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
 

@@ -45,9 +45,8 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg)
   torch::manual_seed(cfg_.training.seed);
   if (!world_) world_ = init_distributed(comm_options(cfg_));
   dims_ = parallel_dims(cfg_, world_->size());
-  TITAN_CONFIG_CHECK(dims_.tp == 1 && dims_.pp == 1 && dims_.cp == 1,
-                     "tensor, pipeline and context parallelism are not implemented yet (", dims_.to_string(),
-                     "); use data_parallel_shard_degree / data_parallel_replicate_degree");
+  TITAN_CONFIG_CHECK(dims_.pp == 1 && dims_.cp == 1, "pipeline and context parallelism are not implemented yet (",
+                     dims_.to_string(), "); use data parallel and tensor parallel degrees");
   mesh_ = ParallelDims(dims_).build_mesh(world_);
 
   tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
@@ -75,6 +74,51 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg)
   optimizer_ = std::make_unique<AdamW>(params_, cfg_.optimizer);
 }
 
+double Trainer::global_grad_sq_norm() {
+  // Parameters sharded over tp: their squares add over tp; replicated ones count once.
+  // Then FSDP shards add over the fsdp group; dp replicas hold equal copies.
+  double sharded = 0;
+  for (auto& p : parallel_.tp_sharded) {
+    if (p.grad().defined()) sharded += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  const double replicated = local_grad_sq_norm(params_) - sharded;
+  const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
+  return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
+}
+
+int64_t Trainer::tp_shard_dim(const std::string& name) const {
+  const auto* impl = model_->named_parameters()[name].unsafeGetTensorImpl();
+  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
+    if (parallel_.tp_sharded[i].unsafeGetTensorImpl() == impl) return parallel_.tp_shard_dims[i];
+  }
+  return -1;
+}
+
+std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
+  torch::NoGradGuard no_grad;
+  Transformer shapes(args_, 1, torch::TensorOptions().device(torch::kMeta));
+  auto full_shapes = shapes->named_parameters();
+  Communicator& tp = *(*mesh_)["tp"];
+  std::map<std::string, torch::Tensor> out;
+  for (auto& p : model_->named_parameters()) {
+    std::vector<int64_t> shape = full_shapes[p.key()].sizes().vec();
+    const int64_t dim = tp_shard_dim(p.key());
+    if (dim >= 0) shape[dim] /= tp.size();
+    torch::Tensor local = fsdp() ? gather_full_parameter(*(*mesh_)["fsdp"], p.value(), shape)
+                                 : p.value().detach().clone();
+    if (dim >= 0 && tp.size() > 1) {
+      auto in = local.movedim(dim, 0).contiguous();
+      auto sizes = in.sizes().vec();
+      sizes[0] *= tp.size();
+      auto gathered = torch::empty(sizes, in.options());
+      tp.all_gather(gathered, in)->wait();
+      local = gathered.movedim(0, dim).contiguous();
+    }
+    out[p.key()] = local;
+  }
+  return out;
+}
+
 int64_t Trainer::param_bytes() const {
   int64_t b = 0;
   for (auto& p : params_) b += p.param.nbytes();
@@ -92,14 +136,20 @@ Trainer::StepResult Trainer::train_step() {
   for (int64_t m = 0; m < micro; ++m) {
     auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
     auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
-    auto loss = cross_entropy_sum(model_->forward(in), lab, normalizer);
+    auto loss = parallel_.loss(model_->forward(in), lab, normalizer);
     loss.backward();
     if (parallel_.fsdp) parallel_.fsdp->finish_backward();
     r.loss += loss.item<double>();
   }
+  Communicator& tp = *(*mesh_)["tp"];
+  if (!parallel_.tp_partial_grads.empty()) {
+    std::vector<torch::Tensor> grads;
+    for (auto& p : parallel_.tp_partial_grads) grads.push_back(p.grad());
+    tp.all_reduce(grads, ReduceOp::kSum)->wait();
+  }
+  // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
   r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
-  // Shards of one parameter live on the fsdp group; replicas hold equal copies.
-  r.grad_norm = std::sqrt(all_reduce_sum(*(*mesh_)["fsdp"], local_grad_sq_norm(params_)));
+  r.grad_norm = std::sqrt(global_grad_sq_norm());
   clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
   optimizer_->step(r.lr);

@@ -3,7 +3,9 @@
 // restores the state below) and by the simulator (which runs one step on the meta device).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/world.h"
@@ -37,6 +39,12 @@ class Trainer {
   // One optimizer step on the next global batch (micro-batches accumulated).
   StepResult train_step();
 
+  // Every parameter's full value, gathered over FSDP shards and tensor-parallel blocks.
+  // Collective: every rank calls it; all get the same map.
+  std::map<std::string, torch::Tensor> gather_full_parameters();
+  // The dim a parameter is split on over tp, or -1 when it is replicated over tp.
+  int64_t tp_shard_dim(const std::string& name) const;
+
   // Memory of this rank, for metrics: parameters (shards), gradients, optimizer state.
   int64_t param_bytes() const;
   int64_t tokens_per_step() const { return global_batch_ * cfg_.training.seq_len; }
@@ -66,6 +74,8 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<NamedParam> params_;
+  double global_grad_sq_norm();
+
   int64_t global_batch_ = 0;
   int64_t step_ = 0;
 };

@@ -6,6 +6,8 @@ batch, fp32), then checks that every step's loss and the final parameters agree 
 relative tolerance. Usage:
   loss_parity.py RUNNER MPIRUN_FLAGS... -- LAYOUT [LAYOUT ...]
 A layout is NAME:NP:override,override,... e.g. fsdp4:4:--parallelism.data_parallel_shard_degree=4
+An argument +override,override,... adds overrides to every run, the single process included
+(e.g. +--model.vocab_size=258 so that the vocabulary divides over tensor parallelism).
 """
 import json
 import os
@@ -64,6 +66,9 @@ def main():
     args = sys.argv[1:]
     sep = args.index("--")
     runner, mpirun, layouts = args[0], args[1:sep], args[sep + 1:]
+    for extra in [a for a in layouts if a.startswith("+")]:
+        BASE.extend(o for o in extra[1:].split(",") if o)
+    layouts = [a for a in layouts if not a.startswith("+")]
     tmp = tempfile.mkdtemp(prefix="titan_parity_")
     ref_path = os.path.join(tmp, "single.safetensors")
     run(runner, mpirun, 1, [], ref_path, os.path.join(tmp, "single"))

@@ -38,3 +38,28 @@ add_test(NAME parallel_loss_parity_reshard_and_ac
                  single_ac_selective:1:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_every=2
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_reshard_and_ac PROPERTIES TIMEOUT 600 PROCESSORS 2)
+
+# Tensor parallel (with and without sequence / loss parallel) and its 2D / 3D compositions.
+# The vocabulary (257 byte-level ids) is padded to 258 in every run so that it divides over tp.
+set(_tp2 --parallelism.tensor_parallel_degree=2)
+add_test(NAME parallel_loss_parity_tensor_parallel
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=258
+                 tp2:2:${_tp2},--parallelism.enable_sequence_parallel=false
+                 tp2_sp:2:${_tp2}
+                 tp2_sp_no_loss_parallel:2:${_tp2},--parallelism.disable_loss_parallel=true
+                 tp2_separate_gloo:2:${_tp2},--comm.collective_mode=separate,--comm.backend=gloo
+                 tp2_fsdp2:4:${_tp2},--parallelism.data_parallel_shard_degree=2
+                 tp2_hsdp_2x1x2:4:${_tp2},--parallelism.data_parallel_replicate_degree=2,--parallelism.data_parallel_shard_degree=1
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_tensor_parallel PROPERTIES TIMEOUT 600 PROCESSORS 4)
+# A degree that does not divide the heads is a startup error, not a crash.
+add_test(NAME parallel_tensor_parallel_bad_degree
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30
+                 "parallelism.tensor_parallel_degree \\(3\\) must divide model.n_heads \\(8\\)"
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 3 $<TARGET_FILE:titan-train>
+                 --config ${CMAKE_SOURCE_DIR}/configs/debug_model.toml
+                 --parallelism.tensor_parallel_degree 3 --parallelism.data_parallel_shard_degree 1
+                 --training.steps 1
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_tensor_parallel_bad_degree PROPERTIES TIMEOUT 60 PROCESSORS 3)

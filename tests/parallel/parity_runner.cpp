@@ -26,21 +26,12 @@ int main(int argc, char** argv) {
       losses.push_back(r.loss);
       norms.push_back(r.grad_norm);
     }
-    // Full shapes from a meta-device copy of the model (the trained one may hold shards).
-    Transformer shapes(trainer.model_args(), 1, torch::TensorOptions().device(torch::kMeta));
     TensorMap tensors{{"losses", torch::tensor(losses, torch::kFloat64)},
                       {"grad_norms", torch::tensor(norms, torch::kFloat64)},
                       {"rank0_param_bytes", torch::tensor({double(trainer.param_bytes())}, torch::kFloat64)},
                       {"rank0_optimizer_bytes",
                        torch::tensor({double(trainer.optimizer().state_bytes())}, torch::kFloat64)}};
-    auto full_params = shapes->named_parameters();
-    for (auto& p : trainer.model()->named_parameters()) {
-      auto full_shape = full_params[p.key()].sizes();
-      torch::Tensor full = trainer.fsdp()
-                               ? gather_full_parameter(*trainer.mesh()["fsdp"], p.value(), full_shape)
-                               : p.value().detach().clone();
-      tensors["param." + p.key()] = full;
-    }
+    for (auto& [name, full] : trainer.gather_full_parameters()) tensors["param." + name] = full;
     if (trainer.is_writer()) save_safetensors(out, tensors);
     return 0;
   } catch (const std::exception& e) {

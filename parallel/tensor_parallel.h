@@ -1,0 +1,45 @@
+// Tensor parallelism (Megatron-style column / row parallel layers), sequence parallelism and
+// loss parallelism, as differentiable collectives over the tp Communicator plus helpers that
+// shard a WeightModule. The trainer's parallelize step applies them to the model's modules
+// (which layers are column- or row-wise is the plan, trainer/parallelize.cpp).
+#pragma once
+
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "collectives/communicator.h"
+#include "parallel/module_hooks.h"
+
+namespace titan {
+
+// Differentiable collectives over the tensor-parallel group. Sequence dim is 1 of [B, S, D].
+// copy_to_tp: identity forward, all-reduce of the gradient (input of column-parallel layers).
+torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator& tp);
+// reduce_from_tp: all-reduce forward, identity backward (output of row-parallel layers).
+torch::Tensor reduce_from_tp(const torch::Tensor& x, Communicator& tp);
+// gather_sequence: all-gather along S forward, reduce-scatter of the gradient backward.
+torch::Tensor gather_sequence(const torch::Tensor& x, Communicator& tp);
+// reduce_scatter_sequence: reduce-scatter along S forward, all-gather backward.
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Communicator& tp);
+// gather_last_dim: all-gather along the last dim forward, the local slice of the gradient
+// backward (logits gathered over the vocabulary when loss parallel is off).
+torch::Tensor gather_last_dim(const torch::Tensor& x, Communicator& tp);
+
+// Shards a module's registered weight in place along `dim` (this rank's contiguous block).
+// The size along dim must be divisible by the group size (checked by the caller's plan).
+void shard_weight(WeightModule& m, int64_t dim, Communicator& tp);
+
+// Cross entropy summed over tokens / normalizer, on logits sharded over the vocabulary
+// ([..., V / tp], this rank holding block tp.rank()), without gathering them: max, sum of
+// exponentials and the target logit are all-reduced instead.
+torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& local_logits,
+                                               const torch::Tensor& labels, double normalizer,
+                                               Communicator& tp);
+
+// A vocabulary-sharded embedding lookup: ids outside this rank's block contribute zero rows;
+// the caller sums over the group (reduce_from_tp or reduce_scatter_sequence).
+torch::Tensor vocab_parallel_embedding_partial(const torch::Tensor& local_weight,
+                                               const torch::Tensor& ids, Communicator& tp);
+
+}  // namespace titan
