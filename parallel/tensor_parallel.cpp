@@ -133,7 +133,7 @@ void shard_weight(WeightModule& m, int64_t dim, Communicator& tp) {
 torch::Tensor vocab_parallel_embedding_partial(const torch::Tensor& local_weight,
                                                const torch::Tensor& ids, Communicator& tp) {
   const int64_t local = local_weight.size(0), start = tp.rank() * local;
-  auto outside = (ids < start).logical_or(ids >= start + local);
+  auto outside = (ids < start) | (ids >= start + local);  // `|`: logical_or has no meta kernel in 1.13
   auto local_ids = (ids - start).masked_fill(outside, 0);
   auto rows = local_weight.index({local_ids});
   return rows.masked_fill(outside.unsqueeze(-1), 0.0);
@@ -150,7 +150,7 @@ torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& local_logits
   if (tp.size() > 1) tp.all_reduce(max, ReduceOp::kMax)->wait();
   auto shifted = logits - max.unsqueeze(1);
   auto sum_exp = reduce_from_tp(shifted.exp().sum(-1), tp);
-  auto outside = (flat_labels < start).logical_or(flat_labels >= start + local);
+  auto outside = (flat_labels < start) | (flat_labels >= start + local);
   auto local_labels = (flat_labels - start).masked_fill(outside, 0);
   auto target = shifted.gather(1, local_labels.unsqueeze(1)).squeeze(1).masked_fill(outside, 0.0);
   target = reduce_from_tp(target, tp);

@@ -64,11 +64,10 @@ RecordedStep record_step(const JobConfig& cfg) {
   out.chip = simulated_chip(cfg);
   const int64_t chips = cfg.simulation.num_chips;
   out.dims = parallel_dims(cfg, chips);  // degrees must multiply to num_chips
-  // The plans in parallelize() cover FSDP / HSDP / DDP so far (as Trainer checks too); TP,
-  // PP and CP join the simulation with no change here once parallelize() applies them.
-  TITAN_CONFIG_CHECK(out.dims.tp == 1 && out.dims.pp == 1 && out.dims.cp == 1,
-                     "tensor, pipeline and context parallelism are not implemented yet (",
-                     out.dims.to_string(), "); use data_parallel_shard_degree / data_parallel_replicate_degree");
+  // The plans in parallelize() cover FSDP / HSDP / DDP and TP so far (Trainer checks the
+  // same); PP and CP join the simulation through parallelize() once they exist.
+  TITAN_CONFIG_CHECK(out.dims.pp == 1 && out.dims.cp == 1, "pipeline and context parallelism are not implemented yet (",
+                     out.dims.to_string(), "); use data parallel and tensor parallel degrees");
   out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
 
   // The sim World: num_chips ranks, this process is rank 0 (every rank of a stage does the
@@ -108,18 +107,28 @@ RecordedStep record_step(const JobConfig& cfg) {
     for (int64_t m = 0; m < out.microbatches; ++m) {
       auto tokens = torch::empty({local_bs, seq}, meta.dtype(torch::kLong));
       auto labels = torch::empty({local_bs, seq}, meta.dtype(torch::kLong));
-      auto loss = cross_entropy_sum(model->forward(tokens), labels, normalizer);
+      auto loss = parallel.loss(model->forward(tokens), labels, normalizer);
       loss.backward();
       if (parallel.fsdp) parallel.fsdp->finish_backward();
     }
-    auto loss_sum = torch::empty({1}, meta.dtype(torch::kFloat64));
-    (*mesh)["dp"]->all_reduce(loss_sum, ReduceOp::kSum)->wait();
+    if (!parallel.tp_partial_grads.empty()) {
+      std::vector<torch::Tensor> grads;
+      for (auto& p : parallel.tp_partial_grads) grads.push_back(p.grad());
+      (*mesh)["tp"]->all_reduce(grads, ReduceOp::kSum)->wait();
+    }
+    auto scalar = [&] { return torch::empty({1}, meta.dtype(torch::kFloat64)); };
+    (*mesh)["dp"]->all_reduce(scalar(), ReduceOp::kSum)->wait();
     {
+      // Trainer::global_grad_sq_norm: squares of tp-sharded grads over tp, then all over fsdp.
       torch::NoGradGuard no_grad;
       auto sq = torch::zeros({}, meta.dtype(torch::kFloat64));
       for (auto& p : params) {
         if (p.param.grad().defined()) sq = sq + p.param.grad().to(torch::kFloat64).pow(2).sum();
       }
+      for (auto& p : parallel.tp_sharded) {
+        if (p.grad().defined()) sq = sq + p.grad().to(torch::kFloat64).pow(2).sum();
+      }
+      (*mesh)["tp"]->all_reduce(scalar(), ReduceOp::kSum)->wait();
       (*mesh)["fsdp"]->all_reduce(sq.reshape({1}), ReduceOp::kSum)->wait();
     }
     // A norm above max_norm, so the scaling ops run as they do when clipping is active.

@@ -12,3 +12,18 @@ foreach(scenario "exact;1" "exact;2" "reshard;4" "kill;2" "missing_shard;2")
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(checkpoint_${name}_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+
+# Simulator: a simulated 4-chip step issues exactly the collectives (op, group, bytes, order
+# per group) of a real 4-rank step; FSDP 4, HSDP 2x2 and FSDP 2 x TP 2, fused and separate.
+add_executable(sim_collectives_multirank ${CMAKE_CURRENT_LIST_DIR}/sim_collectives_multirank.cpp
+               ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+titan_torch_target(sim_collectives_multirank)
+target_link_libraries(sim_collectives_multirank PRIVATE titan_trainer)
+target_compile_definitions(sim_collectives_multirank PRIVATE TITAN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+foreach(mode fused separate)
+  titan_mpi_test(trainer_sim_collectives_fsdp4_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode})
+  titan_mpi_test(trainer_sim_collectives_hsdp2x2_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
+                 --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 2)
+  titan_mpi_test(trainer_sim_collectives_fsdp2_tp2_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
+                 --parallelism.tensor_parallel_degree 2 --model.vocab_size 258)
+endforeach()

@@ -1,0 +1,114 @@
+// Simulated training on the trainer's own step (trainer/simulate.h): trace contents, fused vs
+// separate, MFU against batch, chip-count independence and bad-input errors. Fast: small
+// dims on the meta device.
+#include <gtest/gtest.h>
+
+#include "devices/error.h"
+#include "trainer/config_loader.h"
+#include "trainer/simulate.h"
+#include "trainer/trace_recorder.h"
+
+namespace titan {
+namespace {
+
+// A narrow Qwen3 (4 layers, dim 512) on simulated chips; small enough to record in a blink.
+JobConfig sim_config(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_8b.toml",
+                                   "--job.dump_folder", "/tmp/titan_simulate_test",
+                                   "--model.n_layers", "4", "--model.dim", "512", "--model.ffn_dim", "1536",
+                                   "--model.n_heads", "8", "--model.n_kv_heads", "4", "--model.head_dim", "64",
+                                   "--model.vocab_size", "8192", "--training.seq_len", "1024",
+                                   "--simulation.num_chips", "64", "--simulation.device", "tpu-v5p"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return load_job_config(args);
+}
+
+TEST(Simulate, TraceHoldsLeafMatmulsAttentionAndFsdpCollectives) {
+  JobConfig cfg = sim_config({"--activation_checkpoint.mode", "none"});
+  RecordedStep rec = record_step(cfg);
+  // One flash kernel per layer forward and one per layer backward; no composite matmuls.
+  EXPECT_EQ(rec.op_counts["titan::attention"], 4);
+  EXPECT_EQ(rec.op_counts["titan::attention_backward"], 4);
+  EXPECT_EQ(rec.op_counts.count("aten::matmul"), 0u);
+  EXPECT_EQ(rec.op_counts.count("aten::linear"), 0u);
+  EXPECT_EQ(rec.op_counts.count("aten::bmm"), 0u) << "attention bmm leaked out of the flash kernel";
+  // 7 projections per layer + output head: forward 1 mm each, backward 2.
+  EXPECT_EQ(rec.op_counts["aten::mm"], 3 * (7 * 4 + 1));
+  int all_gathers = 0, reduce_scatters = 0;
+  for (const auto& c : rec.calls) {
+    all_gathers += c.op == "all_gather";
+    reduce_scatters += c.op == "reduce_scatter";
+    EXPECT_TRUE(c.group == "fsdp" || c.group == "dp") << c.group;
+  }
+  // Root + 4 blocks gathered for forward, blocks gathered again for backward; one gradient
+  // reduce-scatter per unit.
+  EXPECT_EQ(all_gathers, 1 + 4 + 4);
+  EXPECT_EQ(reduce_scatters, 5);
+}
+
+TEST(Simulate, ActivationCheckpointRecomputesAttention) {
+  RecordedStep full = record_step(sim_config({"--activation_checkpoint.mode", "full"}));
+  EXPECT_EQ(full.op_counts["titan::attention"], 8);  // forward + recompute
+  EXPECT_EQ(full.op_counts["titan::attention_backward"], 4);
+}
+
+TEST(Simulate, FusedNeverSlowerThanSeparate) {
+  for (const std::string device : {"tpu-v5p", "tpu-v7", "h100", "trn2"}) {
+    for (const std::string ac : {"none", "full"}) {
+      JobConfig f = sim_config({"--simulation.device", device, "--activation_checkpoint.mode", ac});
+      JobConfig s = f;
+      s.comm.collective_mode = "separate";
+      SimulationResult rf = simulate(f, false), rs = simulate(s, false);
+      EXPECT_LE(rf.report.step_time_s, rs.report.step_time_s * (1 + 1e-9)) << device << " ac " << ac;
+    }
+  }
+}
+
+TEST(Simulate, MfuRisesWithBatchAtFixedChips) {
+  double last = 0;
+  for (const std::string bs : {"1", "2", "4"}) {
+    SimulationResult r = simulate(sim_config({"--training.local_batch_size", bs}), false);
+    EXPECT_GT(r.mfu_percent, last) << "local batch " << bs;
+    last = r.mfu_percent;
+  }
+}
+
+TEST(Simulate, CostDoesNotGrowWithChips) {
+  RecordedStep a = record_step(sim_config({"--simulation.num_chips", "64"}));
+  RecordedStep b = record_step(sim_config({"--simulation.num_chips", "8192", "--simulation.device", "tpu-v7"}));
+  EXPECT_EQ(a.trace.size(), b.trace.size());
+}
+
+TEST(Simulate, ReportAndJsonCarryTheRequiredFields) {
+  SimulationResult r = simulate(sim_config(), true);
+  EXPECT_EQ(r.other_mode, "separate");
+  EXPECT_GT(r.mfu_percent, 0);
+  EXPECT_LT(r.mfu_percent, 100);
+  const std::string j = to_json(r);
+  for (const char* key : {"device", "num_chips", "layout", "step_time_s", "tokens_per_s_per_chip", "tflops_per_chip",
+                          "mfu", "peak_memory_gib_per_chip", "fits_in_memory", "exposed_comm_s",
+                          "exposed_comm_fraction", "collective_mode", "execution"})
+    EXPECT_NE(j.find(std::string("\"") + key + "\""), std::string::npos) << key;
+  EXPECT_NE(format_report(r).find("MFU"), std::string::npos);
+}
+
+void expect_config_error(const std::vector<std::string>& extra, const std::string& needle) {
+  try {
+    simulate(sim_config(extra), false);
+    ADD_FAILURE() << "no error for " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simulate, BadInputIsAClearConfigError) {
+  expect_config_error({"--simulation.device", "tpu-v9"}, "tpu-v7");  // lists the valid names
+  expect_config_error({"--parallelism.data_parallel_shard_degree", "3"}, "64");
+  expect_config_error({"--simulation.num_chips", "8192", "--simulation.device", "tpu-v7",
+                       "--simulation.topology", "4x4x4"},
+                      "8192");
+}
+
+}  // namespace
+}  // namespace titan
