@@ -268,7 +268,13 @@ void Checkpointer::save(int64_t step, bool model_only) {
       if (convert && v.scalar_type() != export_dtype) {
         v = v.to(export_dtype);
       } else if (async) {
-        v = v.clone();
+        // Host buffers are kept across saves (one save in flight, so reuse is safe): no
+        // page faults on fresh memory in the stall after the first save.
+        const size_t k = job->pieces.size();
+        if (host_buffers_.size() <= k) host_buffers_.resize(k + 1);
+        auto& b = host_buffers_[k];
+        if (!b.defined() || b.numel() != v.numel() || b.scalar_type() != v.scalar_type()) b = torch::empty_like(v);
+        v = b.copy_(v);
       }
       job->pieces.push_back({group, layout[i].name, layout[i].global_shape, layout[i].flat_offset, v.contiguous()});
     };
@@ -296,7 +302,14 @@ void Checkpointer::save(int64_t step, bool model_only) {
       const fs::path f = fs::path(job->tmp_dir) / rank_file(job->rank);
       write_text_durably(f.string() + ".done", std::to_string(fs::file_size(f)) + "\n");
     }
-    if (stats) stats->total_s = now_s() - t0;
+    if (stats) {
+      stats->total_s = now_s() - t0;
+      if (job->rank == 0) {
+        std::printf("titan: checkpoint: step %lld complete after %.3f s (background write)\n",
+                    static_cast<long long>(job->step), stats->total_s);
+        std::fflush(stdout);
+      }
+    }
   };
   if (async) {
     async_stats_ = std::make_shared<SaveStats>();

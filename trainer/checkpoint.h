@@ -103,6 +103,7 @@ class Checkpointer {
   std::exception_ptr writer_error_;
   SaveStats last_;
   std::shared_ptr<SaveStats> async_stats_;
+  std::vector<torch::Tensor> host_buffers_;  // async copies, reused by the next save
   double load_s_ = 0;
   int64_t load_bytes_ = 0;
 };
