@@ -40,11 +40,15 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::string out = "outputs/cpu_calibration.toml";
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--out") out = argv[i + 1];
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // As titan-train does: the host's cores divided among the ranks on it.
-  torch::set_num_threads(std::max(1, cores / size));
+  // As titan-train does by default: the host's cores divided among the ranks on it
+  // (--threads N: as a run with --training.threads N).
+  int threads = std::max(1, cores / size);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--out") out = argv[i + 1];
+    if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
+  }
+  torch::set_num_threads(threads);
   torch::NoGradGuard no_grad;
 
   // sgemm: the best rate over square shapes large enough to reach the BLAS peak.
@@ -60,12 +64,16 @@ int main(int argc, char** argv) {
   dst.copy_(src);
   const double copy_t = best_time(5, [&] { dst.copy_(src); });
   const double mem_bw = 2.0 * static_cast<double>(src.nbytes()) / copy_t;
-  // Eager per-op framework overhead: a tiny elementwise op.
-  auto x = torch::ones({8}), y = torch::ones({8});
-  const int n_ops = 20000;
+  // Eager per-op framework overhead as training pays it: tiny ops that autograd records,
+  // then their backward (each forward op becomes one backward node running about one op).
+  const int n_ops = 2000;
   const double op_t = best_time(3, [&] {
-    for (int i = 0; i < n_ops; ++i) x.add_(y);
-  }) / n_ops;
+    torch::AutoGradMode grad(true);
+    auto x = torch::ones({8}, torch::requires_grad());
+    auto y = x;
+    for (int i = 0; i < n_ops; ++i) y = y * 1.0001;
+    y.sum().backward();
+  }) / (2.0 * n_ops);
 
   // MPI ping-pong between ranks 0 and 1: latency (8 bytes) and bandwidth (16 MiB).
   auto pingpong = [&](int64_t bytes, int reps) {
@@ -94,7 +102,7 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::ofstream f(out);
     f << "# cpu device calibration, measured by launch/calibrate-cpu with " << size
-      << " ranks on this host\n";
+      << " ranks x " << threads << " threads on this host\n";
     f << "sgemm_flops = " << -worst[0] << "\n";
     f << "mem_bytes_per_s = " << -worst[1] << "\n";
     f << "mpi_latency_s = " << (size >= 2 ? lat : 2e-6) << "\n";
