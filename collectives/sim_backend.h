@@ -39,5 +39,4 @@ void set_sim_listener(SimListener listener);
 // factory reads it; CommOptions has no field for it). Defaults: size 1, rank 0.
 void set_sim_world(int64_t size, int64_t rank = 0);
 
-
 }  // namespace titan
