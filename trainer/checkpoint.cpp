@@ -97,6 +97,11 @@ std::string model_args_json(const ModelArgs& a) {
 // ---- where each rank's pieces lie -------------------------------------------------------
 
 std::vector<ParamLayout> param_layout(Trainer& t) {
+  // TENSOR PARALLEL: parameters would be TP-local boxes; until their placement is recorded
+  // here (box_offset/box_shape in the format), refuse rather than write wrong global shapes.
+  TITAN_CONFIG_CHECK(t.dims().tp == 1 && t.dims().pp == 1,
+                     "checkpointing with tensor or pipeline parallelism is not implemented yet (",
+                     t.dims().to_string(), "); see docs/checkpoint_format.md");
   auto& params = t.optimizer().params();
   std::vector<ParamLayout> out;
   if (!t.fsdp()) {
