@@ -1,14 +1,36 @@
 // titan-train: parses the config, then trains (or simulates). Every failure ends in one clear
 // line on stderr and a non-zero exit: 2 for mistakes in the input, 1 for runtime failures.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "collectives/watchdog.h"
 #include "devices/error.h"
 #include "trainer/config_loader.h"
 #include "trainer/simulate.h"
 #include "trainer/train.h"
+
+namespace {
+
+// A runtime failure on one rank of a multi-rank job ends every rank now (through the
+// collective layer's abort) instead of leaving the others waiting for their timeout.
+bool launched_with_peers() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "TITAN_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    const char* s = std::getenv(v);
+    if (s && std::atoi(s) > 1) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void fail_runtime(const std::string& message) {
+  if (launched_with_peers()) titan::abort_job(message);  // prints "titan: <message>"
+  std::cerr << "titan-train: " << message << std::endl;
+  std::exit(1);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -28,12 +50,12 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const titan::Error& e) {
-    const bool config = e.kind() == titan::ErrorKind::kConfig;
-    std::cerr << "titan-train: " << (config ? "config error: " : "error: ") << e.what() << " ["
-              << e.where() << "]" << std::endl;
-    return config ? 2 : 1;
+    if (e.kind() == titan::ErrorKind::kConfig) {
+      std::cerr << "titan-train: config error: " << e.what() << " [" << e.where() << "]" << std::endl;
+      return 2;
+    }
+    fail_runtime("error: " + std::string(e.what()) + " [" + e.where() + "]");
   } catch (const std::exception& e) {
-    std::cerr << "titan-train: error: " << e.what() << std::endl;
-    return 1;
+    fail_runtime("error: " + std::string(e.what()));
   }
 }
