@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include "collectives/communicator.h"
 #include "devices/error.h"
 #include "parallel/fsdp.h"
 #include "trainer/checkpoint_io.h"
@@ -43,6 +44,14 @@ int64_t kill_after_for(int64_t step, int rank, size_t pieces) {
   const std::string s(v), prefix = "kill_during_save:";
   if (s.rfind(prefix, 0) != 0 || std::stoll(s.substr(prefix.size())) != step) return -1;
   return static_cast<int64_t>(pieces / 2);
+}
+
+// Test hook: TITAN_CHECKPOINT_FAULT=exit_after_step:N (see after_step); -1 when unset.
+int64_t exit_after_step() {
+  const char* v = std::getenv("TITAN_CHECKPOINT_FAULT");
+  const std::string prefix = "exit_after_step:";
+  if (!v || std::string(v).rfind(prefix, 0) != 0) return -1;
+  return std::stoll(std::string(v).substr(prefix.size()));
 }
 
 void world_barrier(Trainer& t) { t.world().comm()->barrier()->wait(); }
@@ -97,35 +106,47 @@ std::string model_args_json(const ModelArgs& a) {
 // ---- where each rank's pieces lie -------------------------------------------------------
 
 std::vector<ParamLayout> param_layout(Trainer& t) {
-  // TENSOR PARALLEL: parameters would be TP-local boxes; until their placement is recorded
-  // here (box_offset/box_shape in the format), refuse rather than write wrong global shapes.
-  TITAN_CONFIG_CHECK(t.dims().tp == 1 && t.dims().pp == 1,
-                     "checkpointing with tensor or pipeline parallelism is not implemented yet (",
+  TITAN_CONFIG_CHECK(t.dims().pp == 1, "checkpointing with pipeline parallelism is not implemented yet (",
                      t.dims().to_string(), "); see docs/checkpoint_format.md");
-  auto& params = t.optimizer().params();
-  std::vector<ParamLayout> out;
-  if (!t.fsdp()) {
-    for (auto& p : params) out.push_back({p.name, p.param.sizes().vec(), 0, p.param.numel()});
-    return out;
-  }
-  // FSDP: parameters are 1-D shards of the padded flat; global shapes come from the model
-  // built on the meta device (no memory). TENSOR PARALLEL: when TP lands, the TP-local box
-  // (offset/shape per dim) of each parameter goes here and flat ranges index into it.
+  // Global shapes come from the model built on the meta device (no memory).
   Transformer meta(t.model_args(), t.config().training.seq_len, torch::TensorOptions().device(torch::kMeta));
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& p : meta->named_parameters()) shapes[p.key()] = p.value().sizes().vec();
-  auto& group = *t.mesh()["fsdp"];
-  const int64_t g = group.size(), r = group.rank();
-  for (auto& p : params) {
+  Communicator& tp = *t.mesh()["tp"];
+  const int64_t g = t.fsdp() ? t.mesh()["fsdp"]->size() : 1, r = t.fsdp() ? t.mesh()["fsdp"]->rank() : 0;
+  std::vector<ParamLayout> out;
+  for (auto& p : t.optimizer().params()) {
     auto it = shapes.find(p.name);
     TITAN_CHECK(it != shapes.end(), "checkpoint: parameter ", p.name, " is not in the model");
+    ParamLayout l;
+    l.name = p.name;
+    l.global_shape = it->second;
+    l.box_offset.assign(l.global_shape.size(), 0);
+    l.box_shape = l.global_shape;
+    // TP (applied before FSDP): this rank holds block tp.rank() of dim tp_dim.
+    l.tp_dim = tp.size() > 1 ? t.tp_shard_dim(p.name) : -1;
+    if (l.tp_dim >= 0) {
+      TITAN_CHECK(l.global_shape[l.tp_dim] % tp.size() == 0, "checkpoint: ", p.name, " dim ", l.tp_dim,
+                  " does not divide over tp");
+      l.box_shape[l.tp_dim] /= tp.size();
+      l.box_offset[l.tp_dim] = tp.rank() * l.box_shape[l.tp_dim];
+    }
+    l.writes = l.tp_dim >= 0 || tp.rank() == 0;  // replicated over tp: tp rank 0's copy only
     int64_t numel = 1;
-    for (auto s : it->second) numel *= s;
-    const int64_t shard = (numel + g - 1) / g;
-    TITAN_CHECK(p.param.numel() == shard, "checkpoint: ", p.name, " holds ", p.param.numel(),
-                " elements, the FSDP layout expects ", shard);
-    const int64_t off = r * shard;
-    out.push_back({p.name, it->second, off, std::clamp<int64_t>(numel - off, 0, shard)});
+    for (auto s : l.box_shape) numel *= s;
+    if (!t.fsdp()) {
+      TITAN_CHECK(p.param.sizes().vec() == l.box_shape, "checkpoint: ", p.name, " has shape ", p.param.sizes(),
+                  ", the layout expects ", c10::IntArrayRef(l.box_shape));
+      l.flat_offset = 0, l.length = numel;
+    } else {
+      // FSDP shards the (TP-local) box flattened and padded to a multiple of the group size.
+      const int64_t shard = (numel + g - 1) / g;
+      TITAN_CHECK(p.param.numel() == shard, "checkpoint: ", p.name, " holds ", p.param.numel(),
+                  " elements, the FSDP layout expects ", shard);
+      l.flat_offset = r * shard;
+      l.length = std::clamp<int64_t>(numel - l.flat_offset, 0, shard);
+    }
+    out.push_back(std::move(l));
   }
   return out;
 }
@@ -133,15 +154,25 @@ std::vector<ParamLayout> param_layout(Trainer& t) {
 bool writes_tensors(Trainer& t) { return !t.mesh().has("dp_replicate") || t.mesh().coordinate("dp_replicate") == 0; }
 
 torch::Tensor full_parameter(Trainer& t, size_t i, const ParamLayout& l) {
+  torch::NoGradGuard no_grad;
   auto& p = t.optimizer().params()[i].param;
-  if (!t.fsdp()) return p.detach().clone();
-  return gather_full_parameter(*t.mesh()["fsdp"], p, l.global_shape);
+  torch::Tensor box = t.fsdp() ? gather_full_parameter(*t.mesh()["fsdp"], p, l.box_shape) : p.detach().clone();
+  if (l.tp_dim < 0) return box;
+  Communicator& tp = *t.mesh()["tp"];
+  auto in = box.movedim(l.tp_dim, 0).contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] *= tp.size();
+  auto gathered = torch::empty(sizes, in.options());
+  tp.all_gather(gathered, in)->wait();
+  return gathered.movedim(0, l.tp_dim).contiguous();
 }
 
 void assign_from_full(Trainer& t, size_t i, const ParamLayout& l, const torch::Tensor& full) {
   torch::NoGradGuard no_grad;
   auto& p = t.optimizer().params()[i].param;
-  auto flat = full.reshape({-1}).to(p.scalar_type());
+  auto box = full.view(l.global_shape);
+  for (size_t d = 0; d < l.box_shape.size(); ++d) box = box.narrow(d, l.box_offset[d], l.box_shape[d]);
+  auto flat = box.contiguous().reshape({-1}).to(p.scalar_type());
   p.view({-1}).narrow(0, 0, l.length).copy_(flat.narrow(0, l.flat_offset, l.length));
 }
 
@@ -210,15 +241,26 @@ void Checkpointer::wait() {
   }
 }
 
-void Checkpointer::after_step(int64_t step, int64_t last_step) {
-  if (!enabled()) return;
+bool Checkpointer::after_step(int64_t step, int64_t last_step) {
+  if (!enabled()) return false;
   const auto& c = trainer_.config().checkpoint;
   if (step == last_step) {
     save(step, c.last_save_model_only);
     wait();  // the job ends here: the last checkpoint must be complete
+  } else if (step == exit_after_step()) {
+    // Test hook: end here as a preempted job would, after a complete full save of this step;
+    // the LR schedule (a function of training.steps) is the one of the whole run.
+    save(step, false);
+    wait();
+    if (trainer_.is_writer()) {
+      std::printf("titan: checkpoint: exit_after_step:%lld: stopping after the save\n", static_cast<long long>(step));
+      std::fflush(stdout);
+    }
+    return true;
   } else if (step % c.interval == 0) {
     save(step, false);
   }
+  return false;
 }
 
 bool Checkpointer::create_seed_checkpoint() {
@@ -269,6 +311,7 @@ void Checkpointer::save(int64_t step, bool model_only) {
   if (writes_tensors(trainer_)) {
     // Sync: views of the live tensors (training waits). Async: host copies taken now.
     auto piece = [&](const char* group, size_t i, const torch::Tensor& t, bool convert) {
+      if (!layout[i].writes) return;  // replicated over tp: written by tp rank 0 only
       auto v = t.detach().reshape({-1}).narrow(0, 0, layout[i].length);
       if (convert && v.scalar_type() != export_dtype) {
         v = v.to(export_dtype);
@@ -281,7 +324,8 @@ void Checkpointer::save(int64_t step, bool model_only) {
         if (!b.defined() || b.numel() != v.numel() || b.scalar_type() != v.scalar_type()) b = torch::empty_like(v);
         v = b.copy_(v);
       }
-      job->pieces.push_back({group, layout[i].name, layout[i].global_shape, layout[i].flat_offset, v.contiguous()});
+      const auto& l = layout[i];
+      job->pieces.push_back({group, l.name, l.global_shape, l.flat_offset, v.contiguous(), l.box_offset, l.box_shape});
     };
     for (size_t i = 0; i < params.size(); ++i) piece("model", i, params[i].param, model_only);
     if (!model_only) {
@@ -438,7 +482,7 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir
     TITAN_CONFIG_CHECK(reader.global_shape(group, l.name) == l.global_shape, dir, ": ", l.name,
                        " has another shape than this model's");
     auto t = torch::zeros({like.numel()}, like.options().requires_grad(false));
-    reader.read(group, l.name, l.flat_offset, t.narrow(0, 0, l.length));
+    reader.read(group, l.name, l.flat_offset, t.narrow(0, 0, l.length), l.box_offset, l.box_shape);
     return t;
   };
   const bool load_model = !skip.count("model");

@@ -19,20 +19,25 @@ namespace titan {
 
 class Trainer;
 
-// Where this rank's piece of parameter i lies in the flattened global tensor.
+// Where this rank's piece of parameter i lies: a box of the global tensor (the tensor-parallel
+// block this rank holds; the whole tensor without TP or when replicated over tp) and a range
+// of that box's row-major flattening (the FSDP shard; the whole box without FSDP).
 struct ParamLayout {
   std::string name;
   std::vector<int64_t> global_shape;
-  int64_t flat_offset = 0;  // FSDP: shard rank x shard_len (padded layout)
+  std::vector<int64_t> box_offset, box_shape;
+  int64_t tp_dim = -1;      // the dim split over tp, -1 when replicated over tp (or tp == 1)
+  int64_t flat_offset = 0;  // FSDP: shard rank x shard_len (padded layout of the box)
   int64_t length = 0;       // elements of real data in this rank's piece (padding excluded)
+  bool writes = true;       // false on tp ranks > 0 for tensors replicated over tp (one copy on disk)
 };
 // One entry per optimizer parameter, in order.
 std::vector<ParamLayout> param_layout(Trainer& trainer);
 // Whether this rank's tensors go to disk: replicas (dp_replicate > 0) hold copies and skip.
 bool writes_tensors(Trainer& trainer);
-// The full value of parameter i (a collective over the shard group under FSDP).
+// The full value of parameter i (a collective over the FSDP shard group and the tp group).
 torch::Tensor full_parameter(Trainer& trainer, size_t i, const ParamLayout& layout);
-// Copies elements [layout.flat_offset, + layout.length) of `full` into parameter i's piece.
+// Copies this rank's piece (box, then flat range) of the global tensor `full` into parameter i.
 void assign_from_full(Trainer& trainer, size_t i, const ParamLayout& layout, const torch::Tensor& full);
 
 std::string model_args_json(const ModelArgs& args);
@@ -63,8 +68,10 @@ class Checkpointer {
 
   // After optimizer step `step`: saves every `interval` steps and at `last_step` (model only
   // with export_dtype there when last_save_model_only). create_seed_checkpoint is handled
-  // by the caller saving step 0.
-  void after_step(int64_t step, int64_t last_step);
+  // by the caller saving step 0. Returns true when the job must stop after this step: the
+  // test hook TITAN_CHECKPOINT_FAULT=exit_after_step:N (a full save of step N, then the job
+  // ends as if preempted, the LR schedule still spanning training.steps).
+  bool after_step(int64_t step, int64_t last_step);
 
   // checkpoint.create_seed_checkpoint: saves step 0 (the initial state) and returns true;
   // the caller then ends the job without training.

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 
 #include "devices/error.h"
@@ -127,6 +128,52 @@ h5::Handle ensure_group(hid_t file, const std::string& path) {
   return g;
 }
 
+// A box (offset, shape per dim) of a global tensor and a flat range of its row-major
+// flattening: valid when inside the tensor. Throws (damage) otherwise.
+void check_box(const std::vector<int64_t>& global, const std::vector<int64_t>& off, const std::vector<int64_t>& shape,
+               int64_t flat, int64_t n, const std::string& where) {
+  TITAN_CHECK(off.size() == global.size() && shape.size() == global.size(), where, ": box rank differs from the tensor's");
+  int64_t numel = 1;
+  for (size_t d = 0; d < global.size(); ++d) {
+    TITAN_CHECK(off[d] >= 0 && shape[d] >= 0 && off[d] + shape[d] <= global[d], where, ": box outside the tensor");
+    numel *= shape[d];
+  }
+  TITAN_CHECK(flat >= 0 && n >= 0 && flat + n <= numel, where, ": flat range [", flat, ", ", flat + n,
+              ") outside its box of ", numel, " elements");
+}
+
+// A stretch of `len` elements contiguous in the global flat tensor (from `global`) and in a
+// box-flat range (from `local`, relative to the range's start).
+struct Run {
+  int64_t global, local, len;
+};
+
+// Elements [flat, flat + n) of the flattened box as contiguous global runs, in increasing
+// global order. Dims after the last split dim k are whole, so a box row of shape[k] * (inner
+// elements) is contiguous globally; the whole tensor is one run.
+std::vector<Run> box_runs(const std::vector<int64_t>& global, const std::vector<int64_t>& off,
+                          const std::vector<int64_t>& shape, int64_t flat, int64_t n) {
+  const int64_t nd = static_cast<int64_t>(global.size());
+  int64_t k = nd - 1;
+  while (k >= 0 && off[k] == 0 && shape[k] == global[k]) --k;
+  if (k < 0) return {{flat, 0, n}};
+  std::vector<int64_t> stride(nd, 1);
+  for (int64_t d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * global[d + 1];
+  const int64_t row = shape[k] * stride[k];
+  std::vector<Run> out;
+  for (int64_t i = flat; i < flat + n;) {
+    int64_t q = i / row, g = off[k] * stride[k] + i % row;
+    for (int64_t d = k - 1; d >= 0; --d) {
+      g += (q % shape[d] + off[d]) * stride[d];
+      q /= shape[d];
+    }
+    const int64_t len = std::min(row - i % row, flat + n - i);
+    out.push_back({g, i - flat, len});
+    i += len;
+  }
+  return out;
+}
+
 }  // namespace
 
 void fsync_path(const std::string& path) {
@@ -155,12 +202,12 @@ int64_t write_rank_file(const std::string& path, const CheckpointMeta& meta, con
     h5::Handle g = ensure_group(file.get(), p.group);
     h5::Handle ds = h5::write_dataset(g.get(), p.name, info.native, data.data_ptr(), data.numel());
     const int64_t block = kCrcBlockBytes / data.element_size();
-    std::vector<int64_t> zeros(p.global_shape.size(), 0);
     h5::set_attr(ds.get(), "dtype", std::string(info.name));
     h5::set_attr(ds.get(), "global_shape", p.global_shape);
     h5::set_attr(ds.get(), "flat_offset", p.flat_offset);
-    h5::set_attr(ds.get(), "box_offset", zeros);
-    h5::set_attr(ds.get(), "box_shape", p.global_shape);
+    h5::set_attr(ds.get(), "box_offset",
+                 p.box_offset.empty() ? std::vector<int64_t>(p.global_shape.size(), 0) : p.box_offset);
+    h5::set_attr(ds.get(), "box_shape", p.box_shape.empty() ? p.global_shape : p.box_shape);
     h5::set_attr(ds.get(), "crc32_block_elems", block);
     h5::set_attr(ds.get(), "crc32", block_crcs(data, block));
     bytes += data.nbytes();
@@ -186,7 +233,7 @@ struct CheckpointReader::File {
 struct CheckpointReader::Piece {
   int64_t file = 0;
   std::string dataset;  // "group/name"
-  std::vector<int64_t> global_shape;
+  std::vector<int64_t> global_shape, box_offset, box_shape;
   int64_t flat_offset = 0, length = 0, block = 0;
   torch::ScalarType dtype = torch::kFloat32;
   std::vector<uint32_t> crc;
@@ -233,9 +280,9 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::vector<std
         p.crc = h5::attr_u32s(ds.get(), "crc32");
         TITAN_CHECK(p.block > 0 && int64_t(p.crc.size()) == (p.length + p.block - 1) / p.block, path, ":",
                     p.dataset, ": checksum table does not match its length");
-        auto bs = h5::attr_ints(ds.get(), "box_shape");
-        TITAN_CHECK(bs == p.global_shape, path, ":", p.dataset,
-                    ": tensor-parallel boxes are not supported by this build");
+        p.box_offset = h5::attr_ints(ds.get(), "box_offset");
+        p.box_shape = h5::attr_ints(ds.get(), "box_shape");
+        check_box(p.global_shape, p.box_offset, p.box_shape, p.flat_offset, p.length, path + ":" + p.dataset);
         index_[p.dataset].push_back(std::move(p));
       }
     }
@@ -266,18 +313,35 @@ const std::vector<int64_t>& CheckpointReader::global_shape(const std::string& gr
 }
 
 void CheckpointReader::read(const std::string& group, const std::string& name, int64_t flat_offset,
-                            torch::Tensor out) {
+                            torch::Tensor out, const std::vector<int64_t>& box_offset,
+                            const std::vector<int64_t>& box_shape) {
   const std::string key = group + "/" + name;
   auto it = index_.find(key);
   TITAN_CHECK(it != index_.end(), dir_, ": has no tensor ", key);
   TITAN_CHECK(out.dim() == 1 && out.is_contiguous(), "checkpoint read: target must be 1-D contiguous");
-  const int64_t lo = flat_offset, hi = flat_offset + out.numel();
+  const auto& global = it->second.front().global_shape;
+  const auto off = box_offset.empty() ? std::vector<int64_t>(global.size(), 0) : box_offset;
+  const auto shape = box_shape.empty() ? global : box_shape;
+  check_box(global, off, shape, flat_offset, out.numel(), "checkpoint read of " + key);
+  const auto want = box_runs(global, off, shape, flat_offset, out.numel());
   int64_t covered = 0;
   for (auto& p : it->second) {
-    const int64_t a = std::max(lo, p.flat_offset), b = std::min(hi, p.flat_offset + p.length);
-    if (a >= b) continue;
-    // Whole checksum blocks around [a, b), relative to the piece.
-    const int64_t first = (a - p.flat_offset) / p.block, last = (b - p.flat_offset - 1) / p.block;
+    TITAN_CHECK(p.global_shape == global, dir_, ": ", key, " has pieces of different global shapes");
+    // Overlaps of the wanted runs with this piece's runs (both in increasing global order):
+    // (position in the dataset, position in `out`, length).
+    const auto have = box_runs(global, p.box_offset, p.box_shape, p.flat_offset, p.length);
+    std::vector<Run> segs;  // global field reused as the dataset position
+    for (size_t a = 0, b = 0; a < want.size() && b < have.size();) {
+      const int64_t lo = std::max(want[a].global, have[b].global);
+      const int64_t hi = std::min(want[a].global + want[a].len, have[b].global + have[b].len);
+      if (lo < hi) segs.push_back({have[b].local + lo - have[b].global, want[a].local + lo - want[a].global, hi - lo});
+      if (want[a].global + want[a].len <= have[b].global + have[b].len) ++a; else ++b;
+    }
+    if (segs.empty()) continue;
+    int64_t a = segs.front().global, b = a;
+    for (auto& sg : segs) a = std::min(a, sg.global), b = std::max(b, sg.global + sg.len);
+    // Whole checksum blocks around the dataset range [a, b).
+    const int64_t first = a / p.block, last = (b - 1) / p.block;
     const int64_t start = first * p.block, end = std::min(p.length, (last + 1) * p.block);
     auto buf = torch::empty({end - start}, torch::TensorOptions().dtype(p.dtype));
     const File& f = *files_[p.file];
@@ -295,11 +359,20 @@ void CheckpointReader::read(const std::string& group, const std::string& name, i
       TITAN_CHECK(crc_of(bytes + (s - start) * es, n * es) == p.crc[k], f.path, ":", p.dataset,
                   ": checksum mismatch in elements [", s, ", ", s + n, ") (corrupted data)");
     }
-    out.narrow(0, a - lo, b - a).copy_(buf.narrow(0, a - p.flat_offset - start, b - a));
-    covered += b - a;
+    if (segs.size() == 1) {
+      out.narrow(0, segs[0].local, segs[0].len).copy_(buf.narrow(0, segs[0].global - start, segs[0].len));
+    } else {
+      auto src = buf.to(out.scalar_type());
+      const int64_t oes = out.element_size();
+      auto* dst = static_cast<uint8_t*>(out.data_ptr());
+      const auto* from = static_cast<const uint8_t*>(src.data_ptr());
+      for (auto& sg : segs) std::memcpy(dst + sg.local * oes, from + (sg.global - start) * oes, sg.len * oes);
+    }
+    for (auto& sg : segs) covered += sg.len;
   }
-  TITAN_CHECK(covered == hi - lo, dir_, ": tensor ", key, " elements [", lo, ", ", hi, ") are only ", covered,
-              " covered by the saved shards (missing shard?)");
+  TITAN_CHECK(covered == out.numel(), dir_, ": tensor ", key, " elements [", flat_offset, ", ",
+              flat_offset + out.numel(), ") of box ", c10::IntArrayRef(off), "+", c10::IntArrayRef(shape),
+              " are only ", covered, " covered by the saved shards (missing shard?)");
 }
 
 torch::Tensor CheckpointReader::read_full(const std::string& group, const std::string& name) {

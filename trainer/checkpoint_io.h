@@ -16,17 +16,18 @@ namespace titan {
 
 constexpr int64_t kCheckpointFormatVersion = 1;
 
-// Elements [flat_offset, flat_offset + data.numel()) of the row-major flattened global tensor
-// `name` (an FSDP shard without its padding, or the whole tensor when unsharded).
-// TENSOR PARALLEL (not yet): a TP shard will add box_offset/box_shape (the TP-local box of the
-// global tensor) and flat ranges will index into that box; the file format already carries
-// both attributes (today always the whole tensor).
+// Elements [flat_offset, flat_offset + data.numel()) of the row-major flattened BOX
+// (box_offset, box_shape) of the global tensor `name`: the box is the tensor-parallel block a
+// rank holds (the whole tensor without TP or for tensors replicated over tp), the flat range
+// an FSDP shard of it without its padding (the whole box when not FSDP-sharded).
 struct TensorPiece {
   std::string group;  // "model", "optimizer/exp_avg", "optimizer/exp_avg_sq"
   std::string name;   // titan parameter name, e.g. "layers.0.attention.wq.weight"
   std::vector<int64_t> global_shape;
   int64_t flat_offset = 0;
-  torch::Tensor data;  // 1-D, contiguous, CPU
+  torch::Tensor data;                // 1-D, contiguous, CPU
+  std::vector<int64_t> box_offset;   // empty: zeros (the whole tensor)
+  std::vector<int64_t> box_shape;    // empty: global_shape
 };
 
 // Everything except tensors that one rank file records (root attributes).
@@ -67,10 +68,13 @@ class CheckpointReader {
   std::vector<std::string> names(const std::string& group) const;
   const std::vector<int64_t>& global_shape(const std::string& group, const std::string& name) const;
 
-  // Elements [flat_offset, flat_offset + out.numel()) of group/name into `out` (1-D, any
-  // float dtype: converted). Reads only the saved ranges that overlap, verifies their block
-  // checksums; throws if a range is not covered or a checksum fails.
-  void read(const std::string& group, const std::string& name, int64_t flat_offset, torch::Tensor out);
+  // Elements [flat_offset, flat_offset + out.numel()) of the flattened box (box_offset,
+  // box_shape; empty: the whole tensor) of group/name into `out` (1-D, any float dtype:
+  // converted), whatever boxes and ranges the saving job used (resharding across FSDP and TP
+  // layouts). Reads only the saved ranges that overlap, verifies their block checksums;
+  // throws if an element is not covered or a checksum fails.
+  void read(const std::string& group, const std::string& name, int64_t flat_offset, torch::Tensor out,
+            const std::vector<int64_t>& box_offset = {}, const std::vector<int64_t>& box_shape = {});
   // The whole tensor, in its saved dtype, shaped as saved.
   torch::Tensor read_full(const std::string& group, const std::string& name);
 

@@ -54,7 +54,7 @@ TrainResult train(const JobConfig& cfg) {
   while (trainer.step() < cfg.training.steps) {
     const Trainer::StepResult r = trainer.train_step();
     const int64_t step = trainer.step();
-    checkpointer.after_step(step, cfg.training.steps);
+    const bool stop = checkpointer.after_step(step, cfg.training.steps);  // true: test hook exit_after_step
     result.losses.push_back(r.loss);
     result.grad_norms.push_back(r.grad_norm);
     if (step == 1 || step % cfg.metrics.log_freq == 0 || step == cfg.training.steps) {
@@ -68,6 +68,7 @@ TrainResult train(const JobConfig& cfg) {
       m.optimizer_gib = trainer.optimizer().state_bytes() / gib;
       logger.log(m);
     }
+    if (stop) break;
   }
   for (auto& p : trainer.model()->named_parameters()) result.final_params[p.key()] = p.value().detach().clone();
   return result;

@@ -1,15 +1,20 @@
 #!/usr/bin/python3
 """Multi-process checkpoint tests driven through titan-train (run by ctest, see
-mpi_tests.cmake). Each scenario trains the debug model (seq_len 32, global batch 8) and compares
-per-step losses read from metrics.jsonl (exact doubles):
-  exact NP        20 steps straight == 10 steps + a NEW process resuming for 10 (bit for bit)
-  reshard         saved under FSDP 4, resumed on 1 rank, FSDP 2 and HSDP 2x2: within 1e-5
+mpi_tests.cmake). Each scenario trains the debug model (seq_len 32, global batch 8, vocabulary
+258 so that it divides over tp, LR warmup 3 steps then linear decay over the 20-step run, so a
+run that stopped with another training.steps would follow another schedule) and compares
+per-step losses read from metrics.jsonl (exact doubles). The interrupted first runs keep
+training.steps 20 and stop after the step-10 save through TITAN_CHECKPOINT_FAULT=exit_after_step:10.
+  exact 1|2       20 steps straight == 10 steps + a NEW process resuming for 10 (bit for bit);
+                  np 1 also checks that stopping with training.steps 10 instead changes the losses
+  exact 4         the same on FSDP 2 x TP 2, then that TP checkpoint resumed on 1 rank and on
+                  FSDP 4 (within 1e-5 of the straight run)
+  reshard         saved under FSDP 4, resumed on 1 rank, FSDP 2, HSDP 2x2, FSDP 2 x TP 2 and
+                  DDP 2 x TP 2: within 1e-5
   kill            rank 0 SIGKILLs itself in the middle of the step-10 save: step 5 stays
                   loadable and the resumed run matches the straight run bit for bit
   missing_shard   a rank file of step 10 removed: resume skips it with a warning naming it;
                   asking for it by load_step fails with a clear message
-  TENSOR PARALLEL: add "exact 4" with --parallelism.tensor_parallel_degree 2 (FSDP 2 x TP 2)
-  here when TP lands.
 usage: checkpoint_resume.py SCENARIO [NP] --titan-train BIN --mpirun BIN --workdir DIR"""
 import argparse
 import json
@@ -32,7 +37,8 @@ class Runner:
         cmd = [self.args.titan_train, "--config", os.path.join(SRC, "configs/debug_model.toml"),
                "--job.dump_folder", dump, "--training.seq_len", "32", "--training.local_batch_size", "2",
                "--training.global_batch_size", "8", "--training.threads", "1", "--metrics.log_freq", "1",
-               "--metrics.peak_flops", "1e11"] + overrides
+               "--metrics.peak_flops", "1e11",
+               "--model.vocab_size", "258", "--lr_scheduler.warmup_steps", "3"] + overrides
         if np > 1:
             cmd = [self.args.mpirun] + MPI_FLAGS + ["-np", str(np)] + cmd
         e = dict(os.environ)
@@ -57,9 +63,21 @@ def ckpt(folder, *extra):
             "--checkpoint.last_save_model_only", "false", "--checkpoint.keep_latest_k", "0"] + list(extra)
 
 
-def mesh(np, replicate=1):
+def mesh(np, replicate=1, tp=1):
     return ["--parallelism.data_parallel_replicate_degree", str(replicate),
-            "--parallelism.data_parallel_shard_degree", str(np // replicate)]
+            "--parallelism.data_parallel_shard_degree", str(np // replicate // tp),
+            "--parallelism.tensor_parallel_degree", str(tp)]
+
+
+# The first, interrupted run: the 20-step schedule, stopped after the step-10 save.
+STOP_AT_10 = {"TITAN_CHECKPOINT_FAULT": "exit_after_step:10"}
+
+
+def interrupted(r, np, tag, m, folder):
+    got, out = r.run(np, tag, m + ["--training.steps", "20"] + ckpt(folder), env=STOP_AT_10)
+    if sorted(got) != list(range(1, 11)) or "exit_after_step:10" not in out:
+        sys.exit(f"FAIL: {tag} did not stop after step 10 (steps {sorted(got)})\n{out}")
+    return got
 
 
 def compare(name, got, ref, steps, rel):
@@ -77,15 +95,69 @@ def compare(name, got, ref, steps, rel):
 
 def exact(r, np):
     w = r.args.workdir
-    straight, _ = r.run(np, f"straight{np}", mesh(np) + ["--training.steps", "20"])
+    tp = 2 if np == 4 else 1  # np 4: FSDP 2 x TP 2
+    m = mesh(np, 1, tp)
+    label = "FSDP 2 x TP 2" if tp > 1 else f"np{np}"
+    straight, _ = r.run(np, f"straight{np}", m + ["--training.steps", "20"])
     folder = os.path.join(w, f"ckpt_exact{np}")
     shutil.rmtree(folder, ignore_errors=True)
-    first, _ = r.run(np, f"first{np}", mesh(np) + ["--training.steps", "10"] + ckpt(folder))
-    second, out = r.run(np, f"second{np}", mesh(np) + ["--training.steps", "20"] + ckpt(folder))
+    first = interrupted(r, np, f"first{np}", m, folder)
+    second, out = r.run(np, f"second{np}", m + ["--training.steps", "20"] + ckpt(folder))
     if "resumed from" not in out:
         sys.exit(f"FAIL: the second process did not resume\n{out}")
-    compare(f"np{np} first process", first, straight, list(range(1, 11)), 0)
-    compare(f"np{np} new process resumed at step 10", second, straight, list(range(11, 21)), 0)
+    compare(f"{label} first process", first, straight, list(range(1, 11)), 0)
+    compare(f"{label} new process resumed at step 10", second, straight, list(range(11, 21)), 0)
+    if np == 1:  # the schedule matters: a first run with training.steps 10 decays faster
+        short, _ = r.run(1, "short10", m + ["--training.steps", "10"])
+        diff = [s for s in range(1, 11) if short[s] != straight[s]]
+        if not diff or diff[0] <= 3:
+            sys.exit(f"FAIL: training.steps 10 vs 20 should differ after the warmup only, differ at {diff}")
+        print(f"ok: a 10-step schedule changes the losses from step {diff[0]} (rel "
+              f"{abs(short[10] - straight[10]) / straight[10]:.2e} at step 10): exit_after_step is needed")
+    if tp > 1:
+        check_tp_files(os.path.join(folder, "step-10"))
+        # the TP checkpoint under other meshes
+        for n, mm, name in [(1, mesh(1), "single process"), (4, mesh(4), "FSDP 4")]:
+            copy = os.path.join(w, f"ckpt_tp_to_{n}")
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(folder, copy)
+            got, out = r.run(n, f"tp_to_{n}", mm + ["--training.steps", "20"] + ckpt(copy, "--checkpoint.load_step", "10"))
+            if "resumed from" not in out or "step-10" not in out:
+                sys.exit(f"FAIL: {name} did not resume from step 10\n{out}")
+            compare(f"FSDP 2 x TP 2 -> {name}", got, straight, list(range(11, 21)), 1e-5)
+
+
+def check_tp_files(step_dir):
+    """With h5py: every tensor of a TP checkpoint is stored exactly once (tensors replicated over
+    tp only by tp rank 0), split ones in tp boxes, and the pieces assemble to the global tensor."""
+    import h5py
+    import numpy as np
+    files = [h5py.File(os.path.join(step_dir, f), "r") for f in sorted(os.listdir(step_dir)) if f.endswith(".h5")]
+    names = set()
+    for f in files:
+        f["model"].visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Dataset) else None)
+    boxed = 0
+    for n in sorted(names):
+        full, seen = None, None
+        for f in files:
+            if "model/" + n not in f:
+                continue
+            d = f["model/" + n]
+            shape, off, bshape = (tuple(int(x) for x in d.attrs[k]) for k in ("global_shape", "box_offset", "box_shape"))
+            if full is None:
+                full, seen = np.zeros(shape, np.float32), np.zeros(shape, np.int64)
+            box = np.zeros(int(np.prod(bshape)), np.float32)
+            cnt = np.zeros(box.size, np.int64)
+            fo = int(d.attrs["flat_offset"])
+            box[fo:fo + d.size] = d[()]
+            cnt[fo:fo + d.size] = 1
+            sl = tuple(slice(o, o + b) for o, b in zip(off, bshape))
+            full[sl] += box.reshape(bshape)
+            seen[sl] += cnt.reshape(bshape)
+            boxed += bshape != shape
+        if not (seen == 1).all():
+            sys.exit(f"FAIL: {n}: elements stored {seen.min()}..{seen.max()} times in {step_dir}")
+    print(f"ok: h5py: {len(names)} tensors of {step_dir} each stored exactly once ({boxed} tp-box pieces)")
 
 
 def reshard(r):
@@ -93,12 +165,13 @@ def reshard(r):
     straight, _ = r.run(4, "straight4", mesh(4) + ["--training.steps", "20"])
     folder = os.path.join(w, "ckpt_fsdp4")
     shutil.rmtree(folder, ignore_errors=True)
-    r.run(4, "save_fsdp4", mesh(4) + ["--training.steps", "10"] + ckpt(folder))
-    for np, rep, name in [(1, 1, "single process"), (2, 1, "FSDP 2"), (4, 2, "HSDP 2x2")]:
-        copy = os.path.join(w, f"ckpt_fsdp4_to_{np}_{rep}")
+    interrupted(r, 4, "save_fsdp4", mesh(4), folder)
+    for np, m, name in [(1, mesh(1), "single process"), (2, mesh(2), "FSDP 2"), (4, mesh(4, 2), "HSDP 2x2"),
+                        (4, mesh(4, 1, 2), "FSDP 2 x TP 2"), (4, mesh(4, 2, 2), "DDP 2 x TP 2")]:
+        copy = os.path.join(w, f"ckpt_fsdp4_to_{name.replace(' ', '')}")
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(folder, copy)
-        got, out = r.run(np, f"resume_{np}_{rep}", mesh(np, rep) + ["--training.steps", "20"] + ckpt(copy))
+        got, out = r.run(np, f"resume_{name.replace(' ', '')}", m + ["--training.steps", "20"] + ckpt(copy))
         if "resumed from" not in out:
             sys.exit(f"FAIL: {name} did not resume\n{out}")
         compare(f"FSDP 4 -> {name}", got, straight, list(range(11, 21)), 1e-5)
@@ -126,14 +199,14 @@ def missing_shard(r):
     straight, _ = r.run(2, "straight2m", mesh(2) + ["--training.steps", "20"])
     folder = os.path.join(w, "ckpt_missing")
     shutil.rmtree(folder, ignore_errors=True)
-    r.run(2, "save2", mesh(2) + ["--training.steps", "10"] + ckpt(folder))
+    interrupted(r, 2, "save2", mesh(2), folder)
     os.remove(os.path.join(folder, "step-10", "rank-00001.h5"))
     _, out = r.run(2, "explicit", mesh(2) + ["--training.steps", "20"] + ckpt(folder, "--checkpoint.load_step", "10"),
                    expect_ok=False)
     if "step-10" not in out or "missing" not in out or "Segmentation" in out:
         sys.exit(f"FAIL: load_step of a checkpoint with a missing shard: unclear error\n{out}")
     print("ok: load_step 10 with a missing shard fails: " +
-          next(l for l in out.splitlines() if "titan-train:" in l)[:200])
+          next((l for l in out.splitlines() if "step-10" in l and "missing" in l), "")[:200])
     got, out = r.run(2, "skip", mesh(2) + ["--training.steps", "20"] + ckpt(folder))
     if "skipping damaged checkpoint" not in out or "step-10" not in out:
         sys.exit(f"FAIL: no warning naming the damaged step-10\n{out}")
