@@ -46,13 +46,6 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
 
 namespace {
 
-// Vocabulary without reading data: the flavor's, else the configured tokenizer's.
-int64_t tokenizer_vocab(const JobConfig& cfg) {
-  ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor);
-  if (a.vocab_size > 0 || cfg.model.vocab_size > 0) return 0;
-  return make_tokenizer(cfg.model.tokenizer_path)->vocab_size();
-}
-
 devices::ActivationCheckpoint ac_mode(const JobConfig& cfg) {
   return devices::parse_activation_checkpoint(cfg.activation_checkpoint.mode);
 }
@@ -76,64 +69,18 @@ RecordedStep record_step(const JobConfig& cfg) {
   CommOptions co = comm_options(cfg);
   co.backend = "sim";
   auto world = init_distributed(co);
-  auto mesh = ParallelDims(out.dims).build_mesh(world);
 
-  const ModelArgs args = resolve_model_args(cfg.model, tokenizer_vocab(cfg));
-  const int64_t seq = cfg.training.seq_len, local_bs = cfg.training.local_batch_size;
-  const torch::ScalarType dtype = dtype_named(cfg.training.mixed_precision_param);
-  auto meta = torch::TensorOptions().device(torch::kMeta);
-  Transformer model(args, seq, meta.dtype(dtype));
-  ParallelizedModel parallel = parallelize(model, *mesh, cfg);
-  std::vector<NamedParam> params;
-  for (auto& p : model->named_parameters()) {
-    params.push_back({p.key(), p.value()});
-    out.local_params += p.value().numel();
-  }
-  out.param_elem_bytes = static_cast<int64_t>(c10::elementSize(dtype));
-  AdamW optimizer(params, cfg.optimizer);
-
-  const int64_t dp = mesh->size("dp");
-  out.global_batch = cfg.training.global_batch_size > 0 ? cfg.training.global_batch_size : local_bs * dp;
-  TITAN_CONFIG_CHECK(out.global_batch % (local_bs * dp) == 0, "training.global_batch_size (", out.global_batch,
-                     ") must be a multiple of local_batch_size x data-parallel degree (", local_bs, " x ", dp, ")");
-  out.microbatches = out.global_batch / (local_bs * dp);
-  const double normalizer = static_cast<double>(out.global_batch * seq);
-
+  // The trainer itself, on the meta device over the sim World: same model, plans,
+  // optimizer and step as a real run.
+  Trainer trainer(cfg, world, /*on_meta=*/true);
+  for (auto& p : trainer.model()->named_parameters()) out.local_params += p.value().numel();
+  out.param_elem_bytes =
+      static_cast<int64_t>(c10::elementSize(dtype_named(cfg.training.mixed_precision_param)));
+  out.global_batch = trainer.global_batch();
+  out.microbatches = trainer.microbatches();
   {
-    // Trainer::train_step on meta tensors: the same calls in the same order; host-side
-    // scalars (loss.item(), the norm's value) have no value here and cost nothing on device.
-    TraceRecorder recorder;
-    optimizer.zero_grad();
-    for (int64_t m = 0; m < out.microbatches; ++m) {
-      auto tokens = torch::empty({local_bs, seq}, meta.dtype(torch::kLong));
-      auto labels = torch::empty({local_bs, seq}, meta.dtype(torch::kLong));
-      auto loss = parallel.loss(model->forward(tokens), labels, normalizer);
-      loss.backward();
-      if (parallel.fsdp) parallel.fsdp->finish_backward();
-    }
-    if (!parallel.tp_partial_grads.empty()) {
-      std::vector<torch::Tensor> grads;
-      for (auto& p : parallel.tp_partial_grads) grads.push_back(p.grad());
-      (*mesh)["tp"]->all_reduce(grads, ReduceOp::kSum)->wait();
-    }
-    auto scalar = [&] { return torch::empty({1}, meta.dtype(torch::kFloat64)); };
-    (*mesh)["dp"]->all_reduce(scalar(), ReduceOp::kSum)->wait();
-    {
-      // Trainer::global_grad_sq_norm: squares of tp-sharded grads over tp, then all over fsdp.
-      torch::NoGradGuard no_grad;
-      auto sq = torch::zeros({}, meta.dtype(torch::kFloat64));
-      for (auto& p : params) {
-        if (p.param.grad().defined()) sq = sq + p.param.grad().to(torch::kFloat64).pow(2).sum();
-      }
-      for (auto& p : parallel.tp_sharded) {
-        if (p.grad().defined()) sq = sq + p.grad().to(torch::kFloat64).pow(2).sum();
-      }
-      (*mesh)["tp"]->all_reduce(scalar(), ReduceOp::kSum)->wait();
-      (*mesh)["fsdp"]->all_reduce(sq.reshape({1}), ReduceOp::kSum)->wait();
-    }
-    // A norm above max_norm, so the scaling ops run as they do when clipping is active.
-    clip_grads(params, std::numeric_limits<double>::max(), cfg.training.max_norm);
-    optimizer.step(cfg.optimizer.lr);
+    TraceRecorder recorder(out.chip.fused_attention);
+    trainer.train_step();
     out.trace = recorder.trace();
     out.calls = recorder.calls();
     out.op_counts = recorder.op_counts();
@@ -156,7 +103,7 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   o.collective_mode = devices::parse_collective_mode(cfg.comm.collective_mode);
   r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
 
-  const ModelArgs args = resolve_model_args(cfg.model, tokenizer_vocab(cfg));
+  const ModelArgs args = resolve_model_args(cfg.model, vocab_without_data(cfg));
   r.flops_per_token = flops_per_token(args, r.seq_len);
   r.peak_flops = rec.chip.peak_bf16_flops;
   const double tokens = static_cast<double>(r.global_batch * r.seq_len);

@@ -8,13 +8,26 @@
 namespace titan {
 namespace {
 
+// Sums a host scalar over a group. On the meta device the value is unknown (0) but the
+// collective is still issued, as the simulator must see it.
 double all_reduce_sum(Communicator& group, double v) {
   auto t = torch::tensor({v}, torch::kFloat64);
   group.all_reduce(t, ReduceOp::kSum)->wait();
   return t.item<double>();
 }
 
+double squared_sum(const torch::Tensor& t) {
+  auto sq = t.to(torch::kFloat64).pow(2).sum();
+  return t.is_meta() ? 0.0 : sq.item<double>();
+}
+
 }  // namespace
+
+int64_t vocab_without_data(const JobConfig& cfg) {
+  ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor);
+  if (a.vocab_size > 0 || cfg.model.vocab_size > 0) return 0;
+  return make_tokenizer(cfg.model.tokenizer_path)->vocab_size();
+}
 
 CommOptions comm_options(const JobConfig& cfg) {
   CommOptions o;
@@ -39,7 +52,8 @@ ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size) {
   return d;
 }
 
-Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg), world_(std::move(world)) {
+Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_meta)
+    : cfg_(cfg), world_(std::move(world)), on_meta_(on_meta) {
   torch::set_num_threads(choose_threads(cfg_));
   if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   torch::manual_seed(cfg_.training.seed);
@@ -49,16 +63,20 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg)
                      dims_.to_string(), "); use data parallel and tensor parallel degrees");
   mesh_ = ParallelDims(dims_).build_mesh(world_);
 
-  tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
-  const std::string data_path =
-      cfg_.training.dataset_path.empty() ? default_corpus_path() : cfg_.training.dataset_path;
-  auto tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
-
-  args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
-  model_ = Transformer(args_, cfg_.training.seq_len,
-                       torch::TensorOptions().dtype(dtype_named(cfg_.training.mixed_precision_param)));
+  std::shared_ptr<const std::vector<int64_t>> tokens;
+  if (on_meta_) {
+    args_ = resolve_model_args(cfg_.model, vocab_without_data(cfg_));
+  } else {
+    tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
+    const std::string data_path =
+        cfg_.training.dataset_path.empty() ? default_corpus_path() : cfg_.training.dataset_path;
+    tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
+    args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
+  }
+  auto opts = torch::TensorOptions().dtype(dtype_named(cfg_.training.mixed_precision_param));
+  model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
-  model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
+  if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
   parallel_ = parallelize(model_, *mesh_, cfg_);
 
   const int64_t dp = mesh_->size("dp");
@@ -67,8 +85,10 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg)
   TITAN_CONFIG_CHECK(global_batch_ % (local_bs * dp) == 0, "training.global_batch_size (", global_batch_,
                      ") must be a multiple of local_batch_size x data-parallel degree (", local_bs, " x ",
                      dp, ")");
-  loader_ = std::make_unique<DataLoader>(tokens, cfg_.training.seq_len, global_batch_,
-                                         mesh_->coordinate("dp"), dp);
+  if (!on_meta_) {
+    loader_ = std::make_unique<DataLoader>(tokens, cfg_.training.seq_len, global_batch_,
+                                           mesh_->coordinate("dp"), dp);
+  }
 
   for (auto& p : model_->named_parameters()) params_.push_back({p.key(), p.value()});
   optimizer_ = std::make_unique<AdamW>(params_, cfg_.optimizer);
@@ -77,11 +97,14 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world) : cfg_(cfg)
 double Trainer::global_grad_sq_norm() {
   // Parameters sharded over tp: their squares add over tp; replicated ones count once.
   // Then FSDP shards add over the fsdp group; dp replicas hold equal copies.
-  double sharded = 0;
+  double sharded = 0, all = 0;
   for (auto& p : parallel_.tp_sharded) {
-    if (p.grad().defined()) sharded += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    if (p.grad().defined()) sharded += squared_sum(p.grad());
   }
-  const double replicated = local_grad_sq_norm(params_) - sharded;
+  for (auto& p : params_) {
+    if (p.param.grad().defined()) all += squared_sum(p.param.grad());
+  }
+  const double replicated = all - sharded;
   const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
   return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
 }
@@ -125,11 +148,22 @@ int64_t Trainer::param_bytes() const {
   return b;
 }
 
+int64_t Trainer::microbatches() const {
+  return global_batch_ / (cfg_.training.local_batch_size * mesh_->size("dp"));
+}
+
+Batch Trainer::next_batch() {
+  if (loader_) return loader_->next();
+  const int64_t rows = global_batch_ / mesh_->size("dp");
+  auto meta = torch::TensorOptions().device(torch::kMeta).dtype(torch::kInt64);
+  return {torch::empty({rows, cfg_.training.seq_len}, meta), torch::empty({rows, cfg_.training.seq_len}, meta)};
+}
+
 Trainer::StepResult Trainer::train_step() {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t local_bs = cfg_.training.local_batch_size;
   const double normalizer = static_cast<double>(tokens_per_step());
-  Batch batch = loader_->next();
+  Batch batch = next_batch();
   optimizer_->zero_grad();
   StepResult r;
   const int64_t micro = batch.inputs.size(0) / local_bs;
@@ -139,7 +173,7 @@ Trainer::StepResult Trainer::train_step() {
     auto loss = parallel_.loss(model_->forward(in), lab, normalizer);
     loss.backward();
     if (parallel_.fsdp) parallel_.fsdp->finish_backward();
-    r.loss += loss.item<double>();
+    if (!on_meta_) r.loss += loss.item<double>();
   }
   Communicator& tp = *(*mesh_)["tp"];
   if (!parallel_.tp_partial_grads.empty()) {

@@ -22,13 +22,20 @@
 namespace titan {
 
 CommOptions comm_options(const JobConfig& cfg);
+// The tokenizer's vocabulary when the model needs it to resolve its dims (debugmodel without
+// model.vocab_size), else 0; reads no data.
+int64_t vocab_without_data(const JobConfig& cfg);
 ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size);
 
 class Trainer {
  public:
   // Starts the collective layer (or takes `world`), builds mesh, data, model, plans and
   // optimizer. Every rank constructs it with the same config.
-  explicit Trainer(const JobConfig& cfg, std::shared_ptr<World> world = nullptr);
+  // on_meta (simulation): the model lives on the meta device (shapes, no memory, no
+  // initialization), batches are meta tensors and no data is read; train_step() then issues
+  // exactly the ops and collectives of a real step, and host-side values (loss, grad norm)
+  // read as 0.
+  explicit Trainer(const JobConfig& cfg, std::shared_ptr<World> world = nullptr, bool on_meta = false);
 
   struct StepResult {
     double loss = 0;       // global mean over the global batch
@@ -48,6 +55,8 @@ class Trainer {
   // Memory of this rank, for metrics: parameters (shards), gradients, optimizer state.
   int64_t param_bytes() const;
   int64_t tokens_per_step() const { return global_batch_ * cfg_.training.seq_len; }
+  int64_t global_batch() const { return global_batch_; }
+  int64_t microbatches() const;
   bool is_writer() const { return world_->rank() == 0; }
 
   const JobConfig& config() const { return cfg_; }
@@ -67,6 +76,7 @@ class Trainer {
   std::shared_ptr<World> world_;
   ParallelDims dims_;
   std::shared_ptr<DeviceMesh> mesh_;
+  bool on_meta_ = false;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelArgs args_;
   Transformer model_{nullptr};
@@ -75,6 +85,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::vector<NamedParam> params_;
   double global_grad_sq_norm();
+  Batch next_batch();
 
   int64_t global_batch_ = 0;
   int64_t step_ = 0;
