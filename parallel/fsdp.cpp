@@ -44,11 +44,10 @@ struct ShardedParam {
 
 class FsdpUnit {
  public:
-  FsdpUnit(std::string name, std::vector<NamedModule> modules, Fsdp& owner,
+  FsdpUnit(std::string name, std::vector<NamedModule> modules,
            Communicator& shard_group, Communicator& replicate_group, const FsdpOptions& opts,
            bool reshard_after_forward)
       : name_(std::move(name)),
-        owner_(owner),
         shard_group_(shard_group),
         replicate_group_(replicate_group),
         opts_(opts),
@@ -174,7 +173,6 @@ class FsdpUnit {
 
  private:
   std::string name_;
-  Fsdp& owner_;
   Communicator& shard_group_;
   Communicator& replicate_group_;
   FsdpOptions opts_;
@@ -251,10 +249,10 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
                      "parallelism.fsdp_reshard_after_forward must be default, always or never, got ", r);
   const bool root_reshard = r == "always";
   const bool block_reshard = r != "never";
-  units_.push_back(std::make_unique<FsdpUnit>("root", std::move(root), *this, *shard_group_,
+  units_.push_back(std::make_unique<FsdpUnit>("root", std::move(root), *shard_group_,
                                               *replicate_group_, options_, root_reshard));
   for (size_t i = 0; i < blocks.size(); ++i) {
-    units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i), std::move(blocks[i]), *this,
+    units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i), std::move(blocks[i]),
                                                 *shard_group_, *replicate_group_, options_, block_reshard));
   }
 }
