@@ -123,7 +123,10 @@ class FsdpUnit {
     auto flat = torch::zeros({p.shard_len * shard_group_.size()}, grad.options().dtype(opts_.reduce_dtype));
     flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
     pending_grads_[i] = flat;
-    if (++grads_seen_ == params_.size()) issue_reduce();
+    if (++grads_seen_ == params_.size()) {
+      issue_reduce();
+      if (on_reduce_issued) on_reduce_issued(this);
+    }
   }
 
   // Reduce-scatter over the shard group; the replicate all-reduce follows in complete().
@@ -170,6 +173,10 @@ class FsdpUnit {
   }
 
   bool reducing() const { return reduce_work_ != nullptr; }
+  bool replicating() const { return replicate_work_ != nullptr; }
+
+  // Set by Fsdp: called when this unit's reduce-scatter is issued during backward.
+  std::function<void(FsdpUnit*)> on_reduce_issued;
 
  private:
   std::string name_;
@@ -254,6 +261,20 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
   for (size_t i = 0; i < blocks.size(); ++i) {
     units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i), std::move(blocks[i]),
                                                 *shard_group_, *replicate_group_, options_, block_reshard));
+  }
+  // HSDP / DDP in fused mode: once a block's reduce-scatter is issued, the replica
+  // all-reduce of blocks whose reduce-scatter went out earlier starts, so it overlaps the
+  // rest of backward instead of waiting for finish_backward().
+  if (replicate_group_->size() > 1 && fused()) {
+    for (auto& u : units_) {
+      u->on_reduce_issued = [this](FsdpUnit* issued) {
+        for (auto& other : units_) {
+          if (other.get() != issued && other->reducing() && !other->replicating()) {
+            other->start_replicate_reduce();
+          }
+        }
+      };
+    }
   }
 }
 

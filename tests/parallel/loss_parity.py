@@ -98,7 +98,7 @@ def main():
                 print(f"{'':28s} {what}: single {single:.0f}, sharded {sharded:.0f} "
                       f"(1/{n} = {single / n:.0f}, padded limit {factor * limit}) {'ok' if fits else 'MISMATCH'}")
                 ok = ok and fits
-        print(f"{name:28s} np={np_}  max loss rel diff {loss_rel:.2e}  max param rel diff {param_rel:.2e}"
+        print(f"{name:28s} np={np_}  max loss rel diff {loss_rel:.2e}  param rel diff {param_rel:.2e} (norm), {elem_rel:.2e} (max element)"
               f"  {'bit-identical' if exact else ''}  {'ok' if ok else 'MISMATCH'}")
         if not ok:
             failed.append(name)
