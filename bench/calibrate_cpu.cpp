@@ -19,17 +19,22 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Best time of `reps` runs of fn (every rank runs at once: the rate under contention).
+// Median time of `reps` runs of fn, every rank at once (the rate under the run's process
+// count). The median, not the best: a training step runs long enough to see the host's load
+// (other processes, the peer rank), and the step times it is compared with are medians too.
+// Each fn call should take tens of milliseconds, so that one run spans several scheduler
+// slices and sees the average share of the core rather than a lucky quiet slice.
 template <class F>
-double best_time(int reps, F fn) {
-  double best = 1e30;
+double median_time(int reps, F fn) {
+  std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
     fn();
-    best = std::min(best, now() - t0);
+    t.push_back(now() - t0);
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 }  // namespace
@@ -51,34 +56,47 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
   torch::NoGradGuard no_grad;
 
-  // sgemm: the best rate over square shapes large enough to reach the BLAS peak.
+  // sgemm: the best rate over square shapes large enough to reach the BLAS peak (each run
+  // repeats the product to ~0.1 GFLOP x 200).
   double sgemm = 0;
-  for (int64_t n : {512, 1024, 1536}) {
+  for (int64_t n : {512, 1024}) {
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
     auto c = torch::mm(a, b);
-    const double t = best_time(5, [&] { torch::mm_out(c, a, b); });
+    const int64_t calls = std::max<int64_t>(1, int64_t{2} * 1000 * 1000 * 1000 / (2 * n * n * n));
+    const double t = median_time(7, [&] {
+      for (int64_t i = 0; i < calls; ++i) torch::mm_out(c, a, b);
+    }) / static_cast<double>(calls);
     sgemm = std::max(sgemm, 2.0 * n * n * n / t);
   }
   // Memory bandwidth: a copy far larger than the caches (bytes read + written).
   auto src = torch::ones({int64_t{64} << 20}), dst = torch::empty_like(src);
   dst.copy_(src);
-  const double copy_t = best_time(5, [&] { dst.copy_(src); });
+  const double copy_t = median_time(7, [&] { dst.copy_(src); });
   const double mem_bw = 2.0 * static_cast<double>(src.nbytes()) / copy_t;
   // Eager per-op framework overhead as training pays it: tiny ops that autograd records,
   // then their backward (each forward op becomes one backward node running about one op).
-  const int n_ops = 2000;
-  const double op_t = best_time(3, [&] {
+  const int n_ops = 4000;
+  const double op_t = median_time(7, [&] {
     torch::AutoGradMode grad(true);
     auto x = torch::ones({8}, torch::requires_grad());
     auto y = x;
     for (int i = 0; i < n_ops; ++i) y = y * 1.0001;
     y.sum().backward();
   }) / (2.0 * n_ops);
+  // Metadata-only ops (view, transpose, reshape, as_strided, ...: no kernel, no output
+  // buffer) cost a fraction of that: same loop with a view op in place of the multiply.
+  const double view_t = median_time(7, [&] {
+    torch::AutoGradMode grad(true);
+    auto x = torch::ones({8}, torch::requires_grad());
+    auto y = x * 1.0;
+    for (int i = 0; i < n_ops; ++i) y = y.view({2, 4}).view({8});
+    y.sum().backward();
+  }) / (4.0 * n_ops);
 
   // MPI ping-pong between ranks 0 and 1: latency (8 bytes) and bandwidth (16 MiB).
   auto pingpong = [&](int64_t bytes, int reps) {
     std::vector<char> buf(static_cast<size_t>(bytes));
-    double t = best_time(3, [&] {
+    double t = median_time(5, [&] {
       for (int r = 0; r < reps; ++r) {
         if (rank == 0) {
           MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 0, MPI_COMM_WORLD);
@@ -97,21 +115,24 @@ int main(int argc, char** argv) {
     bw = static_cast<double>(int64_t{16} << 20) / pingpong(int64_t{16} << 20, 10);
   }
   // Report the slowest rank's compute figures (the step waits for it).
-  double mine[3] = {-sgemm, -mem_bw, op_t}, worst[3];
-  MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  double mine[4] = {-sgemm, -mem_bw, op_t, view_t}, worst[4];
+  MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::ofstream f(out);
     f << "# cpu device calibration, measured by launch/calibrate-cpu with " << size
-      << " ranks x " << threads << " threads on this host\n";
+      << " ranks x " << threads << " threads on this host (medians under the host's load)\n";
     f << "sgemm_flops = " << -worst[0] << "\n";
     f << "mem_bytes_per_s = " << -worst[1] << "\n";
     f << "mpi_latency_s = " << (size >= 2 ? lat : 2e-6) << "\n";
     f << "mpi_bytes_per_s = " << (size >= 2 ? bw : 5e9) << "\n";
     f << "op_overhead_s = " << worst[2] << "\n";
+    f << "view_overhead_s = " << worst[3] << "\n";
     f << "cores = " << cores << "\n";
+    f << "threads = " << threads << "\n";
     f.close();
-    std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, MPI latency %.3g s, MPI %.3g B/s -> %s\n",
-                -worst[0], -worst[1], worst[2], lat, bw, out.c_str());
+    std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, view %.3g s, MPI latency %.3g s, "
+                "MPI %.3g B/s -> %s\n",
+                -worst[0], -worst[1], worst[2], worst[3], lat, bw, out.c_str());
   }
   MPI_Finalize();
   return 0;

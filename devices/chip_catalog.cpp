@@ -311,8 +311,11 @@ ChipSpec cpu_chip(const CpuCalibration& cal) {
   c.link_efficiency = 1.0;
   c.scale_out_efficiency = 1.0;
   c.matmul_tile = 16;  // register-blocked sgemm micro-kernel edge
-  c.matmul_units = std::max<int64_t>(cal.cores, 1);
+  // Output tiles are shared out over the intra-op threads of one rank.
+  c.matmul_units = std::max<int64_t>(cal.threads > 0 ? cal.threads : cal.cores, 1);
   c.cpu_op_overhead_s = cal.op_overhead_s;
+  c.cpu_view_overhead_s = cal.view_overhead_s > 0 ? cal.view_overhead_s : cal.op_overhead_s;
+  c.fused_attention = false;  // libtorch CPU attention is the materialized math path
   return c;
 }
 
@@ -358,12 +361,16 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
       cal.memory_bytes = static_cast<int64_t>(x);
     } else if (key == "op_overhead_s") {
       cal.op_overhead_s = x;
+    } else if (key == "view_overhead_s") {
+      cal.view_overhead_s = x;
     } else if (key == "cores") {
       cal.cores = static_cast<int64_t>(x);
+    } else if (key == "threads") {
+      cal.threads = static_cast<int64_t>(x);
     } else {
       TITAN_CONFIG_FAIL(origin, ":", lineno, ": unknown cpu calibration key '", key,
                         "' (known: sgemm_flops mem_bytes_per_s mpi_latency_s mpi_bytes_per_s "
-                        "memory_bytes op_overhead_s cores)");
+                        "memory_bytes op_overhead_s view_overhead_s cores threads)");
     }
   }
   TITAN_CONFIG_CHECK(have_sgemm && have_mem && have_lat && have_bw, origin,

@@ -61,8 +61,16 @@ struct ChipSpec {
   // Blackwell's tcgen05: ~35% of H100 peak (FlashAttention-3 paper, FA2 baseline).
   double attention_peak_fraction = 0;
 
-  // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default).
+  // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default):
+  // an op that runs a kernel (dispatch, output allocation, autograd node, its backward), and a
+  // metadata-only op (view, transpose, reshape: no kernel, no buffer).
   double cpu_op_overhead_s = 0;
+  double cpu_view_overhead_s = 0;
+
+  // The framework runs attention as one fused flash kernel on this device (accelerators), so
+  // the recorder costs the attention scope as that kernel. false (cpu): libtorch's CPU path
+  // really runs the materialized bmm + mask + softmax + bmm, which are costed op by op.
+  bool fused_attention = true;
 
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
 };
@@ -75,7 +83,9 @@ struct ChipSpec {
 //   mpi_bytes_per_s = 5e9           # large-message bandwidth between two ranks, one direction
 //   memory_bytes = 8e9              # memory available per process (optional)
 //   op_overhead_s = 5e-6            # eager per-op framework overhead (optional)
+//   view_overhead_s = 1e-6          # the same for metadata-only ops (optional; = op_overhead_s)
 //   cores = 2                       # ranks that fit on the host (optional)
+//   threads = 1                     # intra-op threads per rank it was measured with (optional)
 struct CpuCalibration {
   double sgemm_flops = 0;
   double mem_bytes_per_s = 0;
@@ -83,7 +93,9 @@ struct CpuCalibration {
   double mpi_bytes_per_s = 0;
   int64_t memory_bytes = int64_t{8} * 1024 * 1024 * 1024;
   double op_overhead_s = 5e-6;
+  double view_overhead_s = 0;  // 0: as op_overhead_s
   int64_t cores = 1;
+  int64_t threads = 0;  // 0: cores
 };
 
 // Parses the calibration text above; unknown keys and missing required keys are config errors.

@@ -82,7 +82,8 @@ ExecutionMode parse_execution(const std::string& s) {
 //    defer_and_fuse: ~2 us per op to trace, the deferred graph runs as one program whose
 //    fused kernels sit ~1 us apart. compiled: one program per step, ~0.5 us between kernels.
 //  * cpu: ops run synchronously on the calling thread (no run-ahead); per-op framework cost
-//    is measured by calibration (op_overhead_s); fusion saves memory traffic as elsewhere.
+//    is measured by calibration (op_overhead_s for ops that run a kernel, view_overhead_s for
+//    metadata-only ops); fusion saves memory traffic as elsewhere.
 ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode) {
   ExecutionOverheads o;
   o.fuse_elementwise = mode != ExecutionMode::kEager;
@@ -92,9 +93,12 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
   if (cpu) {
     o.async = false;
     double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
-    o.host_per_op_s = mode == ExecutionMode::kEager ? per_op
-                      : mode == ExecutionMode::kDeferAndFuse ? per_op / 2
-                                                              : 0.0;
+    double per_view = chip.cpu_view_overhead_s > 0 ? chip.cpu_view_overhead_s : per_op;
+    const double share = mode == ExecutionMode::kEager ? 1.0
+                         : mode == ExecutionMode::kDeferAndFuse ? 0.5
+                                                                 : 0.0;
+    o.host_per_op_s = per_op * share;
+    o.host_per_view_s = per_view * share;
     o.launch_per_kernel_s = mode == ExecutionMode::kCompiled ? per_op / 4 : 0.0;
     return o;
   }
@@ -112,6 +116,7 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
       o.launch_per_kernel_s = gpu ? 1e-6 : 0.5e-6;
       break;
   }
+  o.host_per_view_s = o.host_per_op_s;
   return o;
 }
 
@@ -254,7 +259,7 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       Kernel k;
       k.category = op_kind_name(op.kind);
       k.exec_s = roofline_s(op);
-      k.host_s = o.host_per_op_s;
+      k.host_s = op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       k.ops = 1;
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
       else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
@@ -279,7 +284,7 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     size_t j = i;
     for (; j < ops.size() && fusable(ops[j].kind); ++j) {
       const OpDesc& f = ops[j];
-      k.host_s += o.host_per_op_s;
+      k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       ++k.ops;
       if (f.kind == OpKind::kView) continue;
       ++real_ops;

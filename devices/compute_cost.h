@@ -70,6 +70,8 @@ struct Kernel {
 // compute_cost.cpp).
 struct ExecutionOverheads {
   double host_per_op_s = 0;       // host work per recorded op (dispatch / tracing)
+  double host_per_view_s = 0;     // the same for a metadata-only op (= host_per_op_s except
+                                  // on the cpu device, which measures both)
   double launch_per_kernel_s = 0; // device gap per kernel (launch, ramp, tail)
   bool async = true;              // the host runs ahead of the device (accelerators)
   bool fuse_elementwise = false;

@@ -28,6 +28,7 @@ using devices::OpKind;
 
 std::mutex mu;                  // guards the recorder and the attention intervals
 TraceRecorder* active = nullptr;
+bool fuse_attention_scope = true;  // set with `active`, before the callback is installed
 
 // Forward attention scopes: on thread `thread`, autograd nodes with sequence numbers in
 // [lo, hi) were created inside the scope; their backward is one flash backward kernel.
@@ -162,7 +163,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->suppressed = top->suppressed || top->suppress_children;
   }
   const std::string name = fn.name();
-  if (name == kAttentionScope) {
+  if (name == kAttentionScope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
                 ": expected q and k as the scope's inputs");
@@ -233,11 +234,12 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 
 }  // namespace
 
-TraceRecorder::TraceRecorder() {
+TraceRecorder::TraceRecorder(bool fuse_attention) {
   {
     std::lock_guard<std::mutex> lock(mu);
     TITAN_CHECK(active == nullptr, "TraceRecorder: another recorder is active");
     active = this;
+    fuse_attention_scope = fuse_attention;
     intervals.clear();
   }
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });

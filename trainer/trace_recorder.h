@@ -26,7 +26,9 @@ class TraceRecorder {
  public:
   // Installs a global at::RecordFunction callback (FUNCTION, BACKWARD_FUNCTION and
   // USER_SCOPE, inputs and outputs) and the sim listener. One recorder at a time.
-  TraceRecorder();
+  // fuse_attention (ChipSpec::fused_attention): cost kAttentionScope as one flash kernel;
+  // false records the ops inside it (and their backward) one by one, as the CPU runs them.
+  explicit TraceRecorder(bool fuse_attention = true);
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
