@@ -37,6 +37,25 @@ double median_time(int reps, F fn) {
   return t[t.size() / 2];
 }
 
+// Size of the largest CPU cache level in bytes (sysfs), 0 when unknown.
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string s;
+    if (!(f >> s) || s.empty()) continue;
+    int64_t mult = 1;
+    if (s.back() == 'K') mult = 1024;
+    if (s.back() == 'M') mult = 1024 * 1024;
+    if (mult > 1) s.pop_back();
+    try {
+      best = std::max<int64_t>(best, std::stoll(s) * mult);
+    } catch (const std::exception&) {
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +92,19 @@ int main(int argc, char** argv) {
   dst.copy_(src);
   const double copy_t = median_time(7, [&] { dst.copy_(src); });
   const double mem_bw = 2.0 * static_cast<double>(src.nbytes()) / copy_t;
+  // Last-level cache: the host's L3 (sysfs) shared by the ranks on it; the copy bandwidth of a
+  // buffer pair that fills half of one rank's share (source + destination), repeated to ~2 GB.
+  const int64_t llc = last_level_cache_bytes() / size;
+  double cache_bw = 0;
+  if (llc >= (int64_t{1} << 20)) {
+    auto cs = torch::ones({llc / 4 / 4}), cd = torch::empty_like(cs);
+    const int64_t calls = std::max<int64_t>(1, (int64_t{2} << 30) / (2 * cs.nbytes()));
+    cd.copy_(cs);
+    cache_bw = 2.0 * static_cast<double>(cs.nbytes()) * static_cast<double>(calls) /
+               median_time(7, [&] {
+                 for (int64_t i = 0; i < calls; ++i) cd.copy_(cs);
+               });
+  }
   // Eager per-op framework overhead as training pays it: tiny ops that autograd records,
   // then their backward (each forward op becomes one backward node running about one op).
   const int n_ops = 4000;
@@ -115,8 +147,8 @@ int main(int argc, char** argv) {
     bw = static_cast<double>(int64_t{16} << 20) / pingpong(int64_t{16} << 20, 10);
   }
   // Report the slowest rank's compute figures (the step waits for it).
-  double mine[4] = {-sgemm, -mem_bw, op_t, view_t}, worst[4];
-  MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  double mine[5] = {-sgemm, -mem_bw, op_t, view_t, -cache_bw}, worst[5];
+  MPI_Reduce(mine, worst, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::ofstream f(out);
     f << "# cpu device calibration, measured by launch/calibrate-cpu with " << size
@@ -127,9 +159,14 @@ int main(int argc, char** argv) {
     f << "mpi_bytes_per_s = " << (size >= 2 ? bw : 5e9) << "\n";
     f << "op_overhead_s = " << worst[2] << "\n";
     f << "view_overhead_s = " << worst[3] << "\n";
+    if (llc > 0 && -worst[4] > 0) {
+      f << "cache_bytes = " << llc << "\n";
+      f << "cache_bytes_per_s = " << -worst[4] << "\n";
+    }
     f << "cores = " << cores << "\n";
     f << "threads = " << threads << "\n";
     f.close();
+    std::printf("cache %.3g B/s, ", -worst[4]);
     std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, view %.3g s, MPI latency %.3g s, "
                 "MPI %.3g B/s -> %s\n",
                 -worst[0], -worst[1], worst[2], worst[3], lat, bw, out.c_str());

@@ -316,6 +316,9 @@ ChipSpec cpu_chip(const CpuCalibration& cal) {
   c.cpu_op_overhead_s = cal.op_overhead_s;
   c.cpu_view_overhead_s = cal.view_overhead_s > 0 ? cal.view_overhead_s : cal.op_overhead_s;
   c.fused_attention = false;  // libtorch CPU attention is the materialized math path
+  c.cache_bytes = cal.cache_bytes;
+  c.cache_bytes_per_s = cal.cache_bytes_per_s;
+  c.serial_kernels = true;
   return c;
 }
 
@@ -363,6 +366,10 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
       cal.op_overhead_s = x;
     } else if (key == "view_overhead_s") {
       cal.view_overhead_s = x;
+    } else if (key == "cache_bytes") {
+      cal.cache_bytes = static_cast<int64_t>(x);
+    } else if (key == "cache_bytes_per_s") {
+      cal.cache_bytes_per_s = x;
     } else if (key == "cores") {
       cal.cores = static_cast<int64_t>(x);
     } else if (key == "threads") {
@@ -370,7 +377,8 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
     } else {
       TITAN_CONFIG_FAIL(origin, ":", lineno, ": unknown cpu calibration key '", key,
                         "' (known: sgemm_flops mem_bytes_per_s mpi_latency_s mpi_bytes_per_s "
-                        "memory_bytes op_overhead_s view_overhead_s cores threads)");
+                        "memory_bytes op_overhead_s view_overhead_s cache_bytes cache_bytes_per_s cores "
+                        "threads)");
     }
   }
   TITAN_CONFIG_CHECK(have_sgemm && have_mem && have_lat && have_bw, origin,

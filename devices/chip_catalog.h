@@ -72,6 +72,13 @@ struct ChipSpec {
   // really runs the materialized bmm + mask + softmax + bmm, which are costed op by op.
   bool fused_attention = true;
 
+  // Host CPU only (0 / false elsewhere): the last-level cache a process may use and the
+  // bandwidth of a copy that stays in it (measured), and kernels whose math and memory
+  // traffic add instead of overlapping (one thread issues both).
+  int64_t cache_bytes = 0;
+  double cache_bytes_per_s = 0;
+  bool serial_kernels = false;
+
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
 };
 
@@ -84,6 +91,8 @@ struct ChipSpec {
 //   memory_bytes = 8e9              # memory available per process (optional)
 //   op_overhead_s = 5e-6            # eager per-op framework overhead (optional)
 //   view_overhead_s = 1e-6          # the same for metadata-only ops (optional; = op_overhead_s)
+//   cache_bytes = 1.6e7             # last-level cache per process (optional)
+//   cache_bytes_per_s = 4e10        # copy bandwidth of a buffer that fits in it (optional)
 //   cores = 2                       # ranks that fit on the host (optional)
 //   threads = 1                     # intra-op threads per rank it was measured with (optional)
 struct CpuCalibration {
@@ -94,6 +103,8 @@ struct CpuCalibration {
   int64_t memory_bytes = int64_t{8} * 1024 * 1024 * 1024;
   double op_overhead_s = 5e-6;
   double view_overhead_s = 0;  // 0: as op_overhead_s
+  int64_t cache_bytes = 0;     // 0: no cache level modelled
+  double cache_bytes_per_s = 0;
   int64_t cores = 1;
   int64_t threads = 0;  // 0: cores
 };

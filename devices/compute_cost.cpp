@@ -209,8 +209,19 @@ double ComputeModel::attention_flops(const AttentionShape& s) const {
   return full * (s.backward ? kFlashBackwardFlopRatio : 1.0);
 }
 
+// An op whose operands fit in the host's last-level cache (cpu device: measured size and
+// copy bandwidth of a cache-resident buffer) streams them from there: activations of a small
+// model are written by one op and read by the next without reaching DRAM.
 double ComputeModel::memory_s(double bytes) const {
+  if (chip_.cache_bytes > 0 && chip_.cache_bytes_per_s > 0 && bytes <= chip_.cache_bytes)
+    return bytes / chip_.cache_bytes_per_s;
   return bytes / (chip_.hbm_bytes_per_s * hbm_efficiency_);
+}
+
+// Accelerators overlap math with memory traffic (the roofline's max). One CPU thread issues
+// both from the same instruction stream and waits on its loads: their times add.
+double ComputeModel::combine(double compute_s, double memory_s) const {
+  return chip_.serial_kernels ? compute_s + memory_s : std::max(compute_s, memory_s);
 }
 
 double ComputeModel::compute_s(double flops, double efficiency) const {
@@ -226,7 +237,7 @@ double ComputeModel::roofline_s(const OpDesc& op) const {
       double flops = shaped ? 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k
                             : op.flops;
       double eff = shaped ? matmul_efficiency(op.mm) : matmul_peak_efficiency_;
-      return std::max(compute_s(flops, eff), memory_s(bytes));
+      return combine(compute_s(flops, eff), memory_s(bytes));
     }
     case OpKind::kAttention: {
       const AttentionShape& a = op.attn;
@@ -238,14 +249,14 @@ double ComputeModel::roofline_s(const OpDesc& op) const {
       // The framework's kernel may cap below that (FA2 on Hopper/Blackwell, see ChipSpec).
       if (chip_.attention_peak_fraction > 0) eff = std::min(eff, chip_.attention_peak_fraction);
       if (a.backward) eff *= kFlashBackwardFactor / kFlashForwardFactor;
-      return std::max(compute_s(attention_flops(a), eff), memory_s(bytes));
+      return combine(compute_s(attention_flops(a), eff), memory_s(bytes));
     }
     case OpKind::kView:
       return 0;
     default:
       // Pointwise / reductions / copies: memory bound on every accelerator (a few FLOPs per
       // byte), but keep the compute side for ops that record heavy math.
-      return std::max(compute_s(op.flops, kVectorPeakFraction), memory_s(bytes));
+      return combine(compute_s(op.flops, kVectorPeakFraction), memory_s(bytes));
   }
 }
 
@@ -302,7 +313,7 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
                     (ops[i - 1].kind == OpKind::kMatmul);
     if (epilogue) reads = std::max(0.0, reads - static_cast<double>(ops[i - 1].bytes_written));
     double bytes = reads + static_cast<double>(last_written);
-    k.exec_s = std::max(compute_s(flops, kVectorPeakFraction), memory_s(bytes));
+    k.exec_s = combine(compute_s(flops, kVectorPeakFraction), memory_s(bytes));
     k.bytes = static_cast<int64_t>(bytes);
     k.flops = flops;
     k.launch_s = (real_ops == 0 || epilogue) ? 0 : o.launch_per_kernel_s;

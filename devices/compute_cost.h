@@ -99,6 +99,7 @@ class ComputeModel {
 
  private:
   double memory_s(double bytes) const;
+  double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;
 
   ChipSpec chip_;

@@ -69,6 +69,28 @@ TEST(ChipCatalog, CpuNeedsCalibration) {
   EXPECT_DOUBLE_EQ(c.link_efficiency, 1.0);  // measured, not datasheet
   EXPECT_EQ(c.fast_domain_chips, 2);
   EXPECT_DOUBLE_EQ(c.cpu_op_overhead_s, 7e-6);
+  EXPECT_DOUBLE_EQ(c.cpu_view_overhead_s, 7e-6);  // not measured: as a kernel op
+  EXPECT_FALSE(c.fused_attention);  // the CPU runs attention's math op by op
+  EXPECT_TRUE(c.serial_kernels);
+  EXPECT_EQ(c.cache_bytes, 0);
+}
+
+TEST(ChipCatalog, CpuCacheLevelViewOverheadAndThreads) {
+  CpuCalibration cal = parse_cpu_calibration(
+      "sgemm_flops = 1e11\nmem_bytes_per_s = 1e10\nmpi_latency_s = 1e-6\n"
+      "mpi_bytes_per_s = 4e9\nop_overhead_s = 4e-6\nview_overhead_s = 1e-6\n"
+      "cache_bytes = 16777216\ncache_bytes_per_s = 4e10\ncores = 2\nthreads = 1\n",
+      "cal.toml");
+  ChipSpec c = find_chip("cpu", &cal);
+  EXPECT_DOUBLE_EQ(c.cpu_view_overhead_s, 1e-6);
+  EXPECT_EQ(c.cache_bytes, 16777216);
+  EXPECT_DOUBLE_EQ(c.cache_bytes_per_s, 4e10);
+  EXPECT_EQ(c.matmul_units, 1);  // output tiles go to the rank's threads, not the host's cores
+  // Accelerators keep the roofline's overlap and fused attention.
+  ChipSpec h = find_chip("h100");
+  EXPECT_TRUE(h.fused_attention);
+  EXPECT_FALSE(h.serial_kernels);
+  EXPECT_EQ(h.cache_bytes, 0);
 }
 
 TEST(ChipCatalog, CalibrationErrorsNameTheProblem) {

@@ -113,6 +113,33 @@ TEST(ComputeCost, CompiledFoldsEpilogueIntoMatmul) {
   EXPECT_EQ(k[0].host_s, 0.0);
 }
 
+TEST(ComputeCost, CpuAddsMathAndMemoryAndStreamsSmallOpsFromCache) {
+  CpuCalibration cal;
+  cal.sgemm_flops = 1e11;
+  cal.mem_bytes_per_s = 1e10;
+  cal.mpi_bytes_per_s = 4e9;
+  cal.op_overhead_s = 4e-6;
+  cal.view_overhead_s = 1e-6;
+  cal.cache_bytes = 16 << 20;
+  cal.cache_bytes_per_s = 4e10;
+  cal.threads = 1;
+  ComputeModel cpu(cpu_chip(cal), ExecutionMode::kEager);
+  // [1024 x 128] x [128 x 384]: measured sgemm rate (efficiency 1, 16-wide tiles fit) plus
+  // the operands and result (2.2 MB, in cache) at the cache bandwidth: the times add.
+  OpDesc mm = matmul_op("aten::mm", {1, 1024, 384, 128}, 4);
+  const double bytes = (1024.0 * 128 + 128.0 * 384 + 1024.0 * 384) * 4;
+  EXPECT_NEAR(cpu.roofline_s(mm), mm.flops / 1e11 + bytes / 4e10, 1e-12);
+  // An elementwise op over 64 MB of operands misses the cache: DRAM bandwidth.
+  OpDesc big = pointwise_op("aten::add", OpKind::kElementwise, 48 << 20, 16 << 20, 4 << 20);
+  EXPECT_NEAR(cpu.roofline_s(big), (4 << 20) / (1e11 / 16) + (64 << 20) / 1e10, 1e-12);
+  // Eager host cost: a kernel op pays op_overhead_s, a view view_overhead_s.
+  OpDesc view = pointwise_op("aten::view", OpKind::kView, 0, 0);
+  auto k = cpu.lower({mm, view});
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_DOUBLE_EQ(k[0].host_s, 4e-6);
+  EXPECT_DOUBLE_EQ(k[1].host_s, 1e-6);
+}
+
 TEST(ComputeCost, ParseExecution) {
   EXPECT_EQ(parse_execution("defer_and_fuse"), ExecutionMode::kDeferAndFuse);
   EXPECT_STREQ(execution_name(ExecutionMode::kEager), "eager");
