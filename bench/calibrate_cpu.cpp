@@ -87,6 +87,18 @@ int main(int argc, char** argv) {
     }) / static_cast<double>(calls);
     sgemm = std::max(sgemm, 2.0 * n * n * n / t);
   }
+  // The same BLAS on a short K (attention's q k^T at head_dim 16): 64 products of
+  // 128x16 @ 16x128, whose outputs stay in cache; the simulator derives its per-tile cost.
+  double sgemm_k16 = 0;
+  {
+    auto a = torch::randn({64, 128, 16}), b = torch::randn({64, 16, 128});
+    auto c = torch::bmm(a, b);
+    const double flops = 2.0 * 64 * 128 * 128 * 16;
+    const int calls = 200;
+    sgemm_k16 = flops * calls / median_time(7, [&] {
+      for (int i = 0; i < calls; ++i) torch::bmm_out(c, a, b);
+    });
+  }
   // Memory bandwidth: a copy far larger than the caches (bytes read + written).
   auto src = torch::ones({int64_t{64} << 20}), dst = torch::empty_like(src);
   dst.copy_(src);
@@ -147,13 +159,14 @@ int main(int argc, char** argv) {
     bw = static_cast<double>(int64_t{16} << 20) / pingpong(int64_t{16} << 20, 10);
   }
   // Report the slowest rank's compute figures (the step waits for it).
-  double mine[5] = {-sgemm, -mem_bw, op_t, view_t, -cache_bw}, worst[5];
-  MPI_Reduce(mine, worst, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  double mine[6] = {-sgemm, -mem_bw, op_t, view_t, -cache_bw, -sgemm_k16}, worst[6];
+  MPI_Reduce(mine, worst, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::ofstream f(out);
     f << "# cpu device calibration, measured by launch/calibrate-cpu with " << size
       << " ranks x " << threads << " threads on this host (medians under the host's load)\n";
     f << "sgemm_flops = " << -worst[0] << "\n";
+    f << "sgemm_k16_flops = " << -worst[5] << "\n";
     f << "mem_bytes_per_s = " << -worst[1] << "\n";
     f << "mpi_latency_s = " << (size >= 2 ? lat : 2e-6) << "\n";
     f << "mpi_bytes_per_s = " << (size >= 2 ? bw : 5e9) << "\n";
@@ -166,7 +179,7 @@ int main(int argc, char** argv) {
     f << "cores = " << cores << "\n";
     f << "threads = " << threads << "\n";
     f.close();
-    std::printf("cache %.3g B/s, ", -worst[4]);
+    std::printf("cache %.3g B/s, sgemm K=16 %.3g FLOP/s, ", -worst[4], -worst[5]);
     std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, view %.3g s, MPI latency %.3g s, "
                 "MPI %.3g B/s -> %s\n",
                 -worst[0], -worst[1], worst[2], worst[3], lat, bw, out.c_str());

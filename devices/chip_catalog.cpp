@@ -319,6 +319,9 @@ ChipSpec cpu_chip(const CpuCalibration& cal) {
   c.cache_bytes = cal.cache_bytes;
   c.cache_bytes_per_s = cal.cache_bytes_per_s;
   c.serial_kernels = true;
+  // rate(16) = rate * 16 / (16 + k0)  =>  k0 = 16 (rate / rate(16) - 1)
+  if (cal.sgemm_k16_flops > 0)
+    c.matmul_k_overhead = std::max(0.0, 16.0 * (cal.sgemm_flops / cal.sgemm_k16_flops - 1.0));
   return c;
 }
 
@@ -370,6 +373,8 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
       cal.cache_bytes = static_cast<int64_t>(x);
     } else if (key == "cache_bytes_per_s") {
       cal.cache_bytes_per_s = x;
+    } else if (key == "sgemm_k16_flops") {
+      cal.sgemm_k16_flops = x;
     } else if (key == "cores") {
       cal.cores = static_cast<int64_t>(x);
     } else if (key == "threads") {
@@ -377,8 +382,8 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
     } else {
       TITAN_CONFIG_FAIL(origin, ":", lineno, ": unknown cpu calibration key '", key,
                         "' (known: sgemm_flops mem_bytes_per_s mpi_latency_s mpi_bytes_per_s "
-                        "memory_bytes op_overhead_s view_overhead_s cache_bytes cache_bytes_per_s cores "
-                        "threads)");
+                        "memory_bytes op_overhead_s view_overhead_s cache_bytes cache_bytes_per_s "
+                        "sgemm_k16_flops cores threads)");
     }
   }
   TITAN_CONFIG_CHECK(have_sgemm && have_mem && have_lat && have_bw, origin,

@@ -78,6 +78,9 @@ struct ChipSpec {
   int64_t cache_bytes = 0;
   double cache_bytes_per_s = 0;
   bool serial_kernels = false;
+  // Fixed cost per output tile of a CPU sgemm in K-loop steps (see ComputeModel::
+  // matmul_efficiency); derived from the measured rate of a K = 16 product. 0 elsewhere.
+  double matmul_k_overhead = 0;
 
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
 };
@@ -93,6 +96,7 @@ struct ChipSpec {
 //   view_overhead_s = 1e-6          # the same for metadata-only ops (optional; = op_overhead_s)
 //   cache_bytes = 1.6e7             # last-level cache per process (optional)
 //   cache_bytes_per_s = 4e10        # copy bandwidth of a buffer that fits in it (optional)
+//   sgemm_k16_flops = 5e10          # rate of a batched 128x16 @ 16x128 product (optional)
 //   cores = 2                       # ranks that fit on the host (optional)
 //   threads = 1                     # intra-op threads per rank it was measured with (optional)
 struct CpuCalibration {
@@ -105,6 +109,7 @@ struct CpuCalibration {
   double view_overhead_s = 0;  // 0: as op_overhead_s
   int64_t cache_bytes = 0;     // 0: no cache level modelled
   double cache_bytes_per_s = 0;
+  double sgemm_k16_flops = 0;  // 0: no small-K loss modelled
   int64_t cores = 1;
   int64_t threads = 0;  // 0: cores
 };

@@ -194,6 +194,11 @@ double ComputeModel::matmul_efficiency(const MatmulShape& s) const {
   if (tiles < units) tiles *= std::max<int64_t>(1, std::min(units / tiles, (s.k + t - 1) / t));
   const int64_t waves = (tiles + units - 1) / units;
   e *= static_cast<double>(tiles) / static_cast<double>(waves * units);
+  // CPU BLAS: each output tile's accumulators are loaded and stored (and its panels packed)
+  // once per product, a fixed cost worth k0 steps of the K loop: k / (k + k0). k0 comes from
+  // the calibration's measured rate at K = 16 (ChipSpec::matmul_k_overhead); 0 elsewhere.
+  if (chip_.matmul_k_overhead > 0 && s.k > 0)
+    e *= static_cast<double>(s.k) / (static_cast<double>(s.k) + chip_.matmul_k_overhead);
   return e;
 }
 

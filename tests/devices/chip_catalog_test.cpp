@@ -1,6 +1,7 @@
 // Tests for the chip catalog: every chip of hardware.md is present with its figures, lookups
 // fail clearly, and the cpu device comes from a calibration file.
 #include "devices/chip_catalog.h"
+#include "devices/compute_cost.h"
 
 #include <gtest/gtest.h>
 
@@ -79,18 +80,24 @@ TEST(ChipCatalog, CpuCacheLevelViewOverheadAndThreads) {
   CpuCalibration cal = parse_cpu_calibration(
       "sgemm_flops = 1e11\nmem_bytes_per_s = 1e10\nmpi_latency_s = 1e-6\n"
       "mpi_bytes_per_s = 4e9\nop_overhead_s = 4e-6\nview_overhead_s = 1e-6\n"
-      "cache_bytes = 16777216\ncache_bytes_per_s = 4e10\ncores = 2\nthreads = 1\n",
+      "cache_bytes = 16777216\ncache_bytes_per_s = 4e10\nsgemm_k16_flops = 5e10\n"
+      "cores = 2\nthreads = 1\n",
       "cal.toml");
   ChipSpec c = find_chip("cpu", &cal);
   EXPECT_DOUBLE_EQ(c.cpu_view_overhead_s, 1e-6);
   EXPECT_EQ(c.cache_bytes, 16777216);
   EXPECT_DOUBLE_EQ(c.cache_bytes_per_s, 4e10);
   EXPECT_EQ(c.matmul_units, 1);  // output tiles go to the rank's threads, not the host's cores
+  // Half the rate at K = 16: 16 / (16 + k0) = 1/2, so the per-tile cost is 16 K-steps.
+  EXPECT_DOUBLE_EQ(c.matmul_k_overhead, 16.0);
+  ComputeModel m(c, ExecutionMode::kEager);
+  EXPECT_NEAR(m.matmul_efficiency({1, 1024, 1024, 48}), 48.0 / 64.0, 1e-12);
   // Accelerators keep the roofline's overlap and fused attention.
   ChipSpec h = find_chip("h100");
   EXPECT_TRUE(h.fused_attention);
   EXPECT_FALSE(h.serial_kernels);
   EXPECT_EQ(h.cache_bytes, 0);
+  EXPECT_DOUBLE_EQ(h.matmul_k_overhead, 0.0);
 }
 
 TEST(ChipCatalog, CalibrationErrorsNameTheProblem) {
