@@ -105,11 +105,14 @@ int main(int argc, char** argv) {
   const double copy_t = median_time(7, [&] { dst.copy_(src); });
   const double mem_bw = 2.0 * static_cast<double>(src.nbytes()) / copy_t;
   // Last-level cache: the host's L3 (sysfs) shared by the ranks on it; the copy bandwidth of a
-  // buffer pair that fills half of one rank's share (source + destination), repeated to ~2 GB.
-  const int64_t llc = last_level_cache_bytes() / size;
+  // buffer pair (source + destination) of the same size whatever the rank count: together
+  // they fill half of a lone rank's cache, and with more ranks at once they contend for it as
+  // the ranks of a run do. Repeated to ~2 GB.
+  const int64_t host_llc = last_level_cache_bytes();
+  const int64_t llc = host_llc / size;
   double cache_bw = 0;
   if (llc >= (int64_t{1} << 20)) {
-    auto cs = torch::ones({llc / 4 / 4}), cd = torch::empty_like(cs);
+    auto cs = torch::ones({host_llc / 4 / 4}), cd = torch::empty_like(cs);
     const int64_t calls = std::max<int64_t>(1, (int64_t{2} << 30) / (2 * cs.nbytes()));
     cd.copy_(cs);
     cache_bw = 2.0 * static_cast<double>(cs.nbytes()) * static_cast<double>(calls) /
