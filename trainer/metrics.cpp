@@ -44,11 +44,11 @@ HostMemory host_memory() {
   return m;
 }
 
-MetricsLogger::MetricsLogger(const std::string& dump_folder, bool writer) : writer_(writer) {
+MetricsLogger::MetricsLogger(const std::string& dump_folder, bool writer, bool append) : writer_(writer) {
   if (!writer_) return;
   std::filesystem::create_directories(dump_folder);
   const std::string path = dump_folder + "/metrics.jsonl";
-  jsonl_.open(path, std::ios::trunc);
+  jsonl_.open(path, append ? std::ios::app : std::ios::trunc);
   TITAN_CHECK(jsonl_.good(), "cannot write metrics file ", path);
 }
 

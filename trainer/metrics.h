@@ -28,8 +28,9 @@ struct StepMetrics {
 
 class MetricsLogger {
  public:
-  // Only the writer rank prints and writes; others keep silent.
-  MetricsLogger(const std::string& dump_folder, bool writer);
+  // Only the writer rank prints and writes; others keep silent. append: a resumed job adds
+  // to the metrics of the run it continues instead of starting the file again.
+  MetricsLogger(const std::string& dump_folder, bool writer, bool append = false);
   void log(const StepMetrics& m);
 
  private:

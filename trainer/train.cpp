@@ -36,7 +36,6 @@ TrainResult train(const JobConfig& cfg) {
   const bool writer = trainer.is_writer();
   const double peak = cfg.metrics.peak_flops > 0 ? cfg.metrics.peak_flops : measure_peak_flops();
   const double fpt = flops_per_token(args, cfg.training.seq_len);
-  MetricsLogger logger(cfg.job.dump_folder, writer);
   const int world = trainer.world().size();
   const double gib = 1073741824.0;
   if (writer) {
@@ -51,6 +50,7 @@ TrainResult train(const JobConfig& cfg) {
   Checkpointer checkpointer(trainer);  // resumes (or loads initial weights) when configured
   checkpointer.load_at_start();
   if (checkpointer.create_seed_checkpoint()) return result;
+  MetricsLogger logger(cfg.job.dump_folder, writer, /*append=*/trainer.step() > 0);
   while (trainer.step() < cfg.training.steps) {
     const Trainer::StepResult r = trainer.train_step();
     const int64_t step = trainer.step();
