@@ -118,6 +118,8 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
 
 }  // namespace
 
+bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1; }
+
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg) {
   ParallelizedModel out;
   out.loss = [](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
@@ -134,8 +136,7 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     model->block_wrappers.push_back(activation_checkpoint_wrapper(cfg.activation_checkpoint.mode,
                                                                   cfg.activation_checkpoint.selective_every));
   }
-  const bool data_parallel = mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1;
-  if (data_parallel) {
+  if (applies_fsdp(mesh)) {
     FsdpOptions o;
     o.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
     o.param_dtype = dtype_named(cfg.training.mixed_precision_param);

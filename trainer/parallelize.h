@@ -34,6 +34,10 @@ torch::ScalarType dtype_named(const std::string& name);
 // Checks that the model divides over the tensor-parallel degree; config errors otherwise.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
 
+// Whether parallelize() shards or replicates parameters with FSDP units on this mesh
+// (FSDP, HSDP or DDP).
+bool applies_fsdp(const DeviceMesh& mesh);
+
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
 
 // The model's modules grouped as FSDP units: the root (embeddings, final norm, output) and

@@ -74,8 +74,9 @@ RecordedStep record_step(const JobConfig& cfg) {
   // optimizer and step as a real run.
   Trainer trainer(cfg, world, /*on_meta=*/true);
   for (auto& p : trainer.model()->named_parameters()) out.local_params += p.value().numel();
-  out.param_elem_bytes =
-      static_cast<int64_t>(c10::elementSize(dtype_named(cfg.training.mixed_precision_param)));
+  // What the trainer stores: fp32 masters under FSDP, else mixed_precision_param.
+  const std::vector<torch::Tensor> stored = trainer.model()->parameters();
+  out.param_elem_bytes = static_cast<int64_t>(stored.front().element_size());
   out.global_batch = trainer.global_batch();
   out.microbatches = trainer.microbatches();
   {

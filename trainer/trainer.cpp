@@ -73,7 +73,12 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
     tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
     args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
   }
-  auto opts = torch::TensorOptions().dtype(dtype_named(cfg_.training.mixed_precision_param));
+  // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
+  // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
+  // precision policy); without those plans the model is built in that dtype itself.
+  const bool fp32_masters = applies_fsdp(*mesh_);
+  auto opts = torch::TensorOptions().dtype(
+      fp32_masters ? torch::kFloat32 : dtype_named(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
