@@ -16,6 +16,19 @@ Communicator& comm_of(AutogradContext* ctx) {
 
 int64_t handle(Communicator& tp) { return reinterpret_cast<int64_t>(&tp); }
 
+}  // namespace
+
+torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, Communicator& group) {
+  auto in = x.movedim(dim, 0).contiguous();  // a rank's block is contiguous
+  auto sizes = in.sizes().vec();
+  sizes[0] *= group.size();
+  auto out = torch::empty(sizes, in.options());
+  group.all_gather(out, in)->wait();
+  return out.movedim(0, dim);
+}
+
+namespace {
+
 torch::Tensor all_reduce_copy(const torch::Tensor& x, Communicator& tp) {
   auto y = x.contiguous().clone();
   tp.all_reduce(y, ReduceOp::kSum)->wait();
@@ -23,14 +36,7 @@ torch::Tensor all_reduce_copy(const torch::Tensor& x, Communicator& tp) {
 }
 
 // [B, S, ...] -> [B, S * group, ...]: every rank's sequence block, in rank order.
-torch::Tensor all_gather_seq(const torch::Tensor& x, Communicator& tp) {
-  auto in = x.transpose(0, 1).contiguous();  // [S, B, ...]: a rank's block is contiguous
-  auto sizes = in.sizes().vec();
-  sizes[0] *= tp.size();
-  auto out = torch::empty(sizes, in.options());
-  tp.all_gather(out, in)->wait();
-  return out.transpose(0, 1);
-}
+torch::Tensor all_gather_seq(const torch::Tensor& x, Communicator& tp) { return all_gather_along(x, 1, tp); }
 
 // [B, S, ...] partial sums -> [B, S / group, ...]: this rank's block, summed over the group.
 torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Communicator& tp) {
@@ -44,14 +50,7 @@ torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Communicator& tp) {
   return out.transpose(0, 1);
 }
 
-torch::Tensor all_gather_last(const torch::Tensor& x, Communicator& tp) {
-  auto in = x.movedim(-1, 0).contiguous();
-  auto sizes = in.sizes().vec();
-  sizes[0] *= tp.size();
-  auto out = torch::empty(sizes, in.options());
-  tp.all_gather(out, in)->wait();
-  return out.movedim(0, -1);
-}
+torch::Tensor all_gather_last(const torch::Tensor& x, Communicator& tp) { return all_gather_along(x, -1, tp); }
 
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t tp) {

@@ -26,6 +26,10 @@ torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Communicator& tp);
 // backward (logits gathered over the vocabulary when loss parallel is off).
 torch::Tensor gather_last_dim(const torch::Tensor& x, Communicator& tp);
 
+// Not differentiable: every rank's block of x along `dim` concatenated in rank order (the
+// full tensor from tensor-parallel blocks; also the building block of the functions above).
+torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, Communicator& group);
+
 // Shards a module's registered weight in place along `dim` (this rank's contiguous block).
 // The size along dim must be divisible by the group size (checked by the caller's plan).
 void shard_weight(WeightModule& m, int64_t dim, Communicator& tp);

@@ -13,6 +13,7 @@
 #include "collectives/communicator.h"
 #include "devices/error.h"
 #include "parallel/fsdp.h"
+#include "parallel/tensor_parallel.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/config_loader.h"
 #include "trainer/hf_interop.h"
@@ -158,13 +159,7 @@ torch::Tensor full_parameter(Trainer& t, size_t i, const ParamLayout& l) {
   auto& p = t.optimizer().params()[i].param;
   torch::Tensor box = t.fsdp() ? gather_full_parameter(*t.mesh()["fsdp"], p, l.box_shape) : p.detach().clone();
   if (l.tp_dim < 0) return box;
-  Communicator& tp = *t.mesh()["tp"];
-  auto in = box.movedim(l.tp_dim, 0).contiguous();
-  auto sizes = in.sizes().vec();
-  sizes[0] *= tp.size();
-  auto gathered = torch::empty(sizes, in.options());
-  tp.all_gather(gathered, in)->wait();
-  return gathered.movedim(0, l.tp_dim).contiguous();
+  return all_gather_along(box, l.tp_dim, *t.mesh()["tp"]).contiguous();
 }
 
 void assign_from_full(Trainer& t, size_t i, const ParamLayout& l, const torch::Tensor& full) {

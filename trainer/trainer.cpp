@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "devices/error.h"
+#include "parallel/tensor_parallel.h"
 #include "trainer/train.h"
 
 namespace titan {
@@ -134,14 +135,7 @@ std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
     if (dim >= 0) shape[dim] /= tp.size();
     torch::Tensor local = fsdp() ? gather_full_parameter(*(*mesh_)["fsdp"], p.value(), shape)
                                  : p.value().detach().clone();
-    if (dim >= 0 && tp.size() > 1) {
-      auto in = local.movedim(dim, 0).contiguous();
-      auto sizes = in.sizes().vec();
-      sizes[0] *= tp.size();
-      auto gathered = torch::empty(sizes, in.options());
-      tp.all_gather(gathered, in)->wait();
-      local = gathered.movedim(0, dim).contiguous();
-    }
+    if (dim >= 0 && tp.size() > 1) local = all_gather_along(local, dim, tp).contiguous();
     out[p.key()] = local;
   }
   return out;
