@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "devices/error.h"
-#include "trainer/config_loader.h"
-#include "trainer/simulate.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

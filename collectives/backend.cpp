@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -1,6 +1,6 @@
 #include "collectives/comm_options.h"
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

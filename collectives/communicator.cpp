@@ -6,7 +6,7 @@
 #include "collectives/fusion.h"
 #include "collectives/progress_thread.h"
 #include "collectives/reduce_kernels.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -21,7 +21,7 @@
 #include "collectives/launch_env.h"
 #include "collectives/transport_communicator.h"
 #include "collectives/watchdog.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

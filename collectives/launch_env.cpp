@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -6,7 +6,7 @@
 #include "collectives/mpi_runtime.h"
 #include "collectives/transport_communicator.h"
 #include "collectives/watchdog.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "collectives/watchdog.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

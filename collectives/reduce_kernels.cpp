@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collectives/backend.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

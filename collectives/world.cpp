@@ -4,7 +4,7 @@
 #include <numeric>
 #include <set>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

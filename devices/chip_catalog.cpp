@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

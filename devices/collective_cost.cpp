@@ -20,7 +20,7 @@
 #include <cctype>
 #include <cmath>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

@@ -6,7 +6,7 @@
 #include <cctype>
 #include <cmath>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {
@@ -81,23 +81,6 @@ std::string MemoryReport::describe() const {
   return buf;
 }
 
-int64_t transformer_layer_params(const TransformerDims& d) {
-  const int64_t hq = d.heads * d.head_dim, hkv = d.kv_heads * d.head_dim;
-  int64_t p = d.dim * hq + 2 * d.dim * hkv + hq * d.dim;  // wq, wk, wv, wo (no bias)
-  p += 3 * d.dim * d.ffn;                                 // w1, w3 (gate, up), w2 (down)
-  p += 2 * d.dim;                                         // attention_norm, ffn_norm
-  if (d.qk_norm) p += 2 * d.head_dim;                     // q_norm, k_norm over head_dim
-  return p;
-}
-
-int64_t transformer_params(const TransformerDims& d) {
-  int64_t p = d.layers * transformer_layer_params(d);
-  p += d.vocab * d.dim;                          // token embedding
-  if (!d.tied_embeddings) p += d.vocab * d.dim;  // output projection
-  p += d.dim;                                    // final norm
-  return p;
-}
-
 // Tensors autograd keeps per token of one layer (elements; t = tp, SP = sequence parallel
 // norms so the residual stream is sharded by t, and the linears' gathered inputs are not):
 //   attention_norm input                  D/t
@@ -110,14 +93,14 @@ int64_t transformer_params(const TransformerDims& d) {
 //   w1 out, w3 out, silu(w1), product     4 F/t
 // Op-level selective keeps the layer input and what matmuls / attention produce (the rest is
 // cheap pointwise work to recompute): D/t + (Hq + 2Hkv)/t + Hq/t + D/t + 2F/t + D/t.
-LayerActivations transformer_activations(const TransformerDims& d, int64_t tokens, int64_t tp) {
+LayerActivations transformer_activations(const ModelArgs& d, int64_t tokens, int64_t tp) {
   TITAN_CONFIG_CHECK(tp >= 1, "tp must be >= 1, got ", tp);
-  const int64_t hq = d.heads * d.head_dim, hkv = d.kv_heads * d.head_dim;
-  const int64_t D = d.dim, F = d.ffn, t = tp;
+  const int64_t hq = d.n_heads * d.head_dim, hkv = d.n_kv_heads * d.head_dim;
+  const int64_t D = d.dim, F = d.ffn_dim, t = tp;
   int64_t full = D / t + D + (d.qk_norm ? (hq + hkv) / t : 0) + (hq + 2 * hkv) / t + hq / t +
                  D / t + D + 4 * F / t;
   int64_t sel = D / t + (hq + 2 * hkv) / t + hq / t + D / t + 2 * F / t + D / t;
-  const int64_t lse = d.heads / t * 4;
+  const int64_t lse = d.n_heads / t * 4;
   LayerActivations a;
   a.full = tokens * (full * kActivationBytes + lse);
   a.selective = tokens * (sel * kActivationBytes + lse);
@@ -125,16 +108,16 @@ LayerActivations transformer_activations(const TransformerDims& d, int64_t token
   return a;
 }
 
-MemoryInputs transformer_memory_inputs(const TransformerDims& d, const TransformerLayout& l) {
+MemoryInputs transformer_memory_inputs(const ModelArgs& d, const TransformerLayout& l) {
   TITAN_CONFIG_CHECK(l.tp >= 1 && l.pp >= 1 && l.fsdp >= 1, "degrees must be >= 1 (tp ", l.tp,
                      ", pp ", l.pp, ", fsdp ", l.fsdp, ")");
   const int64_t norms = 2 * d.dim + (d.qk_norm ? 2 * d.head_dim : 0);
   // TP shards every linear (and, in TorchTitan's plan, the embedding and output); norms are
   // replicated.
-  const int64_t layer_local = (transformer_layer_params(d) - norms) / l.tp + norms;
-  const int64_t embed = d.vocab * d.dim / l.tp;
-  const int64_t output = d.tied_embeddings ? 0 : d.vocab * d.dim / l.tp;
-  const int64_t layers = ceil_div(d.layers, l.pp);
+  const int64_t layer_local = (d.layer_params() - norms) / l.tp + norms;
+  const int64_t embed = d.vocab_size * d.dim / l.tp;
+  const int64_t output = d.tie_embeddings ? 0 : d.vocab_size * d.dim / l.tp;
+  const int64_t layers = ceil_div(d.n_layers, l.pp);
   // The heaviest pipeline stage: with pp = 1 everything; otherwise the first stage carries
   // the embedding, the last the final norm and output projection.
   int64_t stage = layers * layer_local;
@@ -155,7 +138,7 @@ MemoryInputs transformer_memory_inputs(const TransformerDims& d, const Transform
   in.selective_every = l.selective_every;
   // Last stage: final norm input + its gathered output, and the logits path.
   in.extra_activation_bytes =
-      l.tokens * ((d.dim / l.tp + d.dim) * kActivationBytes + d.vocab / l.tp * kLogitBytes);
+      l.tokens * ((d.dim / l.tp + d.dim) * kActivationBytes + d.vocab_size / l.tp * kLogitBytes);
   if (l.fsdp > 1) {
     // FSDP: the largest unit gathered in bf16 plus the prefetched next block, and its
     // unsharded fp32 gradients before the reduce-scatter.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/model_args.h"
 #include "devices/chip_catalog.h"
 
 namespace titan::devices {
@@ -55,13 +56,6 @@ struct MemoryReport {
 MemoryReport memory_per_chip(const MemoryInputs& in, const ChipSpec& chip);
 
 // Dense decoder-only transformer (Llama 3 / Qwen3 shape: GQA attention, SwiGLU MLP, RMSNorm).
-struct TransformerDims {
-  int64_t vocab = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
-  bool tied_embeddings = false;
-  bool qk_norm = false;  // Qwen3: RMSNorm over head_dim on q and k
-};
-int64_t transformer_layer_params(const TransformerDims& d);
-int64_t transformer_params(const TransformerDims& d);  // all, embedding included
 
 // Per-layer activation bytes for `tokens` tokens of one microbatch on one chip under tensor
 // parallel degree tp (sequence parallel on the norms, as TorchTitan's TP plan), 2-byte
@@ -71,7 +65,7 @@ struct LayerActivations {
   int64_t selective = 0;  // op-level selective: matmul / attention outputs + layer input
   int64_t input = 0;      // layer input only (full AC)
 };
-LayerActivations transformer_activations(const TransformerDims& d, int64_t tokens, int64_t tp);
+LayerActivations transformer_activations(const ModelArgs& d, int64_t tokens, int64_t tp);
 
 // Fills MemoryInputs for a dense transformer laid out as dp_shard (FSDP, including cp) x tp
 // x pp with `tokens` tokens per microbatch per chip (local_batch * seq_len / cp).
@@ -84,6 +78,6 @@ struct TransformerLayout {
   ActivationCheckpoint ac = ActivationCheckpoint::kNone;
   int64_t selective_every = 0;
 };
-MemoryInputs transformer_memory_inputs(const TransformerDims& d, const TransformerLayout& l);
+MemoryInputs transformer_memory_inputs(const ModelArgs& d, const TransformerLayout& l);
 
 }  // namespace titan::devices

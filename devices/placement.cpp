@@ -6,7 +6,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <unordered_map>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

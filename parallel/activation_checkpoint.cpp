@@ -3,7 +3,7 @@
 #include <ATen/core/custom_class.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 namespace {

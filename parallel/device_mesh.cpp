@@ -4,7 +4,7 @@
 #include <set>
 #include <sstream>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -4,7 +4,7 @@
 #include <c10/util/strides.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 

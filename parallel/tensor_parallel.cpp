@@ -2,7 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 namespace {

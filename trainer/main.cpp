@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "collectives/watchdog.h"
-#include "devices/error.h"
-#include "trainer/config_loader.h"
-#include "trainer/simulate.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
 #include "trainer/train.h"
 
 namespace {

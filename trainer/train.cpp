@@ -2,34 +2,14 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <thread>
 
 #include <torch/torch.h>
 
-#include "devices/error.h"
-#include "trainer/checkpoint.h"
-#include "trainer/trainer.h"
+#include "common/error.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/step/trainer.h"
 
 namespace titan {
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-
-}  // namespace
-
-int choose_threads(const JobConfig& cfg) {
-  if (cfg.training.threads > 0) return static_cast<int>(cfg.training.threads);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("TITAN_LOCAL_WORLD_SIZE", 1));
-  return std::max(1, cores / std::max(1, local_ranks));
-}
-
-std::string default_corpus_path() { return std::string(TITAN_SOURCE_DIR) + "/trainer/data/corpus.txt"; }
-
 TrainResult train(const JobConfig& cfg) {
   Trainer trainer(cfg);
   const ModelArgs& args = trainer.model_args();

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/job_config.h"
+#include "trainer/config/job_config.h"
 
 namespace titan {
 
@@ -20,12 +20,5 @@ struct TrainResult {
 
 // Runs cfg.training.steps optimizer steps; throws titan::Error on bad input.
 TrainResult train(const JobConfig& cfg);
-
-// Intra-op threads for this rank: training.threads, or the host's cores divided by the ranks
-// that mpirun placed on this host.
-int choose_threads(const JobConfig& cfg);
-
-// The corpus shipped with the repository (training.dataset_path = "").
-std::string default_corpus_path();
 
 }  // namespace titan

@@ -2,7 +2,7 @@
 // computation; run under mpirun with 2 and 4 ranks for each backend (mpi_tests.cmake).
 #include <torch/torch.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 #include "tests/collectives/multirank_main.h"
 
 namespace titan {

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "collectives/reduce_kernels.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 namespace {

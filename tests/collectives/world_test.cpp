@@ -5,7 +5,7 @@
 
 #include "collectives/launch_env.h"
 #include "collectives/world.h"
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan {
 namespace {

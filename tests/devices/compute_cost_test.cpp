@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

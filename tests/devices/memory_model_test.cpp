@@ -3,22 +3,22 @@
 
 #include <gtest/gtest.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 #include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
 namespace {
 
-TransformerDims qwen3_8b() { return testing::qwen3_8b_dims(); }
+ModelArgs qwen3_8b() { return testing::qwen3_8b_dims(); }
 
 TEST(MemoryModel, Qwen3ParameterCount) {
-  TransformerDims d = qwen3_8b();
+  ModelArgs d = qwen3_8b();
   // wq 4096x4096 + wk, wv 4096x1024 + wo 4096x4096 + 3 x 4096x12288 + 2 norms + q/k norms
   int64_t layer = 16777216 + 2 * 4194304 + 16777216 + 3 * 50331648 + 2 * 4096 + 2 * 128;
-  EXPECT_EQ(transformer_layer_params(d), layer);
+  EXPECT_EQ(d.layer_params(), layer);
   EXPECT_EQ(layer, 192946432);
-  EXPECT_EQ(transformer_params(d), 36 * layer + 2 * 151936LL * 4096 + 4096);
-  EXPECT_EQ(transformer_params(d), 8190735360);  // models.md: 8.19B
+  EXPECT_EQ(d.num_params(), 36 * layer + 2 * 151936LL * 4096 + 4096);
+  EXPECT_EQ(d.num_params(), 8190735360);  // models.md: 8.19B
 }
 
 TEST(MemoryModel, AdamWBytesPerParameter) {
@@ -45,7 +45,7 @@ TEST(MemoryModel, AdamWBytesPerParameter) {
 }
 
 TEST(MemoryModel, ActivationsPerCheckpointMode) {
-  TransformerDims d = qwen3_8b();
+  ModelArgs d = qwen3_8b();
   const int64_t tokens = 8192;
   LayerActivations a = transformer_activations(d, tokens, 1);
   // No TP: 2D (norm inputs) + 2D (gathered norm outputs) + (Hq+Hkv) pre-QK-norm +
@@ -81,7 +81,7 @@ TEST(MemoryModel, ActivationsPerCheckpointMode) {
 }
 
 TEST(MemoryModel, FsdpLayoutOnTpuV7) {
-  TransformerDims d = qwen3_8b();
+  ModelArgs d = qwen3_8b();
   TransformerLayout l;
   l.fsdp = 8192;
   l.tokens = 8192;

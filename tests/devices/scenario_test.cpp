@@ -27,7 +27,7 @@ Outcome simulate(const SyntheticStep& s, int64_t chips, ExecutionMode e, Collect
   Outcome out;
   out.report = simulate_step(testing::synthetic_step(s), p, v7, o);
   double tokens_per_chip = static_cast<double>(s.batch * s.seq) / static_cast<double>(s.tp);
-  out.mfu = testing::flops_per_token(s.dims, s.seq) * tokens_per_chip /
+  out.mfu = titan::flops_per_token(s.dims, s.seq) * tokens_per_chip /
             out.report.step_time_s / v7.peak_bf16_flops;
   std::printf("  qwen3-8b %lld x tpu-v7 batch %lld tp %lld %s %s: step %.3f s, MFU %.1f%%, "
               "exposed comm %.1f%%\n",

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "devices/error.h"
+#include "common/error.h"
 
 namespace titan::devices {
 namespace {

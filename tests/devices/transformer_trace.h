@@ -10,7 +10,7 @@
 namespace titan::devices::testing {
 
 struct SyntheticStep {
-  TransformerDims dims;
+  ModelArgs dims;
   int64_t batch = 1, seq = 8192;  // per data-parallel rank
   int64_t tp = 1;
 };
@@ -26,25 +26,25 @@ inline void pointwise(Trace& t, int n, int64_t bytes) {
 // reduce-scatter per block, waited for before the optimizer.
 inline Trace synthetic_step(const SyntheticStep& s) {
   Trace t;
-  const TransformerDims& d = s.dims;
+  const ModelArgs& d = s.dims;
   const int64_t T = s.batch * s.seq, tp = s.tp;
-  const int64_t hq = d.heads * d.head_dim, hkv = d.kv_heads * d.head_dim;
-  const int64_t block = transformer_layer_params(d) / tp;
+  const int64_t hq = d.n_heads * d.head_dim, hkv = d.n_kv_heads * d.head_dim;
+  const int64_t block = d.layer_params() / tp;
   const int64_t act = T * d.dim * 2, act_sp = act / tp;
   auto mm = [&](int64_t m, int64_t n, int64_t k) { t.compute(matmul_op("aten::mm", {1, m, n, k})); };
   auto tpc = [&](CollectiveKind k) {
     if (tp > 1) t.blocking({k, "tp", act, "tp"});
   };
   auto gather = [&]() { return t.issue({CollectiveKind::kAllGather, "dp_shard", block * 2, "ag"}); };
-  const AttentionShape fwd{s.batch, d.heads / tp, d.kv_heads / tp, s.seq, s.seq, d.head_dim, true, false};
+  const AttentionShape fwd{s.batch, d.n_heads / tp, d.n_kv_heads / tp, s.seq, s.seq, d.head_dim, true, false};
   AttentionShape bwd = fwd;
   bwd.backward = true;
 
-  std::vector<int64_t> ag(static_cast<size_t>(d.layers));
+  std::vector<int64_t> ag(static_cast<size_t>(d.n_layers));
   ag[0] = gather();
   t.compute(pointwise_op("aten::index", OpKind::kOther, act, act));
-  for (int64_t l = 0; l < d.layers; ++l) {
-    if (l + 1 < d.layers) ag[static_cast<size_t>(l + 1)] = gather();
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    if (l + 1 < d.n_layers) ag[static_cast<size_t>(l + 1)] = gather();
     t.wait(ag[static_cast<size_t>(l)]);
     pointwise(t, 5, act_sp);  // RMSNorm
     tpc(CollectiveKind::kAllGather);
@@ -57,30 +57,30 @@ inline Trace synthetic_step(const SyntheticStep& s) {
     tpc(CollectiveKind::kReduceScatter);
     pointwise(t, 6, act_sp);  // residual + RMSNorm
     tpc(CollectiveKind::kAllGather);
-    mm(T, d.ffn / tp, d.dim);
-    mm(T, d.ffn / tp, d.dim);
-    pointwise(t, 3, T * d.ffn / tp * 2);  // SwiGLU
-    mm(T, d.dim, d.ffn / tp);
+    mm(T, d.ffn_dim / tp, d.dim);
+    mm(T, d.ffn_dim / tp, d.dim);
+    pointwise(t, 3, T * d.ffn_dim / tp * 2);  // SwiGLU
+    mm(T, d.dim, d.ffn_dim / tp);
     tpc(CollectiveKind::kReduceScatter);
     pointwise(t, 1, act_sp);
   }
-  mm(T, d.vocab / tp, d.dim);
-  pointwise(t, 4, T * d.vocab / tp * 4);  // fp32 cross-entropy
-  mm(T, d.dim, d.vocab / tp);
-  mm(d.vocab / tp, d.dim, T);
+  mm(T, d.vocab_size / tp, d.dim);
+  pointwise(t, 4, T * d.vocab_size / tp * 4);  // fp32 cross-entropy
+  mm(T, d.dim, d.vocab_size / tp);
+  mm(d.vocab_size / tp, d.dim, T);
   std::vector<int64_t> rs;
   int64_t next = gather();
-  for (int64_t l = d.layers - 1; l >= 0; --l) {
+  for (int64_t l = d.n_layers - 1; l >= 0; --l) {
     int64_t cur = next;
     if (l > 0) next = gather();
     t.wait(cur);
     tpc(CollectiveKind::kAllGather);
-    mm(T, d.ffn / tp, d.dim);
-    mm(d.ffn / tp, d.dim, T);
-    pointwise(t, 6, T * d.ffn / tp * 2);
+    mm(T, d.ffn_dim / tp, d.dim);
+    mm(d.ffn_dim / tp, d.dim, T);
+    pointwise(t, 6, T * d.ffn_dim / tp * 2);
     for (int i = 0; i < 2; ++i) {
-      mm(T, d.dim, d.ffn / tp);
-      mm(d.ffn / tp, d.dim, T);
+      mm(T, d.dim, d.ffn_dim / tp);
+      mm(d.ffn_dim / tp, d.dim, T);
     }
     tpc(CollectiveKind::kReduceScatter);
     pointwise(t, 8, act_sp);
@@ -103,23 +103,17 @@ inline Trace synthetic_step(const SyntheticStep& s) {
   return t;
 }
 
-inline TransformerDims qwen3_8b_dims() {
-  TransformerDims d;
-  d.vocab = 151936;
+inline ModelArgs qwen3_8b_dims() {
+  ModelArgs d;
+  d.vocab_size = 151936;
   d.dim = 4096;
-  d.layers = 36;
-  d.heads = 32;
-  d.kv_heads = 8;
+  d.n_layers = 36;
+  d.n_heads = 32;
+  d.n_kv_heads = 8;
   d.head_dim = 128;
-  d.ffn = 12288;
+  d.ffn_dim = 12288;
   d.qk_norm = true;
   return d;
-}
-
-// DESIGN.md section 6: 6 * params without the input embedding + 12 * L * H * hd * seq.
-inline double flops_per_token(const TransformerDims& d, int64_t seq) {
-  double n = static_cast<double>(transformer_params(d) - d.vocab * d.dim);
-  return 6 * n + 12.0 * static_cast<double>(d.layers * d.heads * d.head_dim * seq);
 }
 
 }  // namespace titan::devices::testing

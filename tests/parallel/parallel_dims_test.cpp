@@ -3,7 +3,7 @@
 
 #include <torch/torch.h>
 
-#include "devices/error.h"
+#include "common/error.h"
 #include "parallel/parallel_dims.h"
 
 namespace titan {

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "devices/error.h"
-#include "trainer/config_loader.h"
-#include "trainer/safetensors.h"
-#include "trainer/trainer.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/checkpoint/safetensors.h"
+#include "trainer/step/trainer.h"
 
 int main(int argc, char** argv) {
   using namespace titan;

@@ -10,13 +10,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "devices/error.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_hdf5.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/config_loader.h"
-#include "trainer/hf_interop.h"
-#include "trainer/trainer.h"
+#include "common/error.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_hdf5.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/checkpoint/hf_interop.h"
+#include "trainer/step/trainer.h"
 
 namespace titan {
 namespace {

@@ -1,8 +1,8 @@
 // Config loading: precedence (command line > file > defaults) and the error for each bad input.
 #include <gtest/gtest.h>
 
-#include "devices/error.h"
-#include "trainer/config_loader.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
 
 namespace titan {
 namespace {

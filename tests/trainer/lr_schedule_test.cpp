@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "trainer/optimizer.h"
+#include "trainer/components/optimizer.h"
 
 namespace titan {
 namespace {

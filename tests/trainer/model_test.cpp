@@ -4,8 +4,9 @@
 
 #include <cmath>
 
-#include "trainer/job_config.h"
-#include "trainer/model.h"
+#include "trainer/config/resolve_model.h"
+#include "trainer/config/job_config.h"
+#include "trainer/model/model.h"
 
 namespace titan {
 namespace {

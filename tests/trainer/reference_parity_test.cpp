@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "trainer/model.h"
-#include "trainer/optimizer.h"
-#include "trainer/safetensors.h"
+#include "trainer/model/model.h"
+#include "trainer/components/optimizer.h"
+#include "trainer/checkpoint/safetensors.h"
 
 namespace titan {
 namespace {

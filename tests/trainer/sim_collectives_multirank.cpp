@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "devices/error.h"
-#include "trainer/config_loader.h"
-#include "trainer/simulate.h"
-#include "trainer/trainer.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
+#include "trainer/step/trainer.h"
 
 namespace {
 

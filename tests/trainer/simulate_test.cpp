@@ -3,10 +3,10 @@
 // dims on the meta device.
 #include <gtest/gtest.h>
 
-#include "devices/error.h"
-#include "trainer/config_loader.h"
-#include "trainer/simulate.h"
-#include "trainer/trace_recorder.h"
+#include "common/error.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
+#include "trainer/simulate/trace_recorder.h"
 
 namespace titan {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for trainer/tokenizer.h: the byte tokenizer, a byte-level BPE tokenizer.json that the
 // test writes (expected ids derived by hand below), error messages, and the shipped corpus.
-#include "trainer/tokenizer.h"
+#include "trainer/data/tokenizer.h"
 
 #include <gtest/gtest.h>
 

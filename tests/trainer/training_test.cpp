@@ -1,7 +1,7 @@
 // End to end: the debug model trains on the shipped corpus and its loss falls within 50 steps.
 #include <gtest/gtest.h>
 
-#include "trainer/config_loader.h"
+#include "trainer/config/config_loader.h"
 #include "trainer/train.h"
 
 namespace titan {

@@ -1,0 +1,42 @@
+// ModelArgs: the dimensions of a dense decoder (Qwen3, Llama 3), the published flavors, and
+// the one parameter-count and FLOP formula. Shared by the model, the config, checkpoint
+// metadata and the device model (memory), so it lives below every layer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace titan {
+
+struct ModelArgs {
+  std::string name = "qwen3";
+  std::string flavor = "debugmodel";
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_dim = 0;
+  int64_t vocab_size = 0;  // 0 until resolved against the tokenizer (debugmodel)
+  bool tie_embeddings = false;
+  bool qk_norm = true;
+  double rope_theta = 1e6;
+  double norm_eps = 1e-6;
+
+  // Parameter counts, exact for these shapes: one block, and the whole model (embedding,
+  // blocks, final norm, and the output projection unless tied).
+  int64_t layer_params() const;
+  int64_t num_params() const;
+  int64_t num_embedding_params() const { return vocab_size * dim; }
+};
+
+// A published flavor ("qwen3"/"8B", "llama3"/"70B", ...); unknown names are config errors
+// that list the valid flavors.
+ModelArgs model_flavor(const std::string& name, const std::string& flavor);
+
+// FLOPs per token, TorchTitan's convention (docs/mfu.md): 6 * parameters without the
+// input embedding (a tied embedding counts once, as the output projection) plus
+// 12 * layers * heads * head_dim * seq_len for attention, not halved for causality.
+double flops_per_token(const ModelArgs& args, int64_t seq_len);
+
+}  // namespace titan

@@ -1,0 +1,33 @@
+#include "trainer/config/resolve_model.h"
+
+#include "common/error.h"
+
+namespace titan {
+
+ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
+  ModelArgs a = model_flavor(m.name, m.flavor);
+  auto over = [](int64_t& field, int64_t v) {
+    if (v > 0) field = v;
+  };
+  over(a.dim, m.dim);
+  over(a.n_layers, m.n_layers);
+  over(a.n_heads, m.n_heads);
+  over(a.n_kv_heads, m.n_kv_heads);
+  over(a.head_dim, m.head_dim);
+  over(a.ffn_dim, m.ffn_dim);
+  over(a.vocab_size, m.vocab_size);
+  if (a.vocab_size == 0) a.vocab_size = tokenizer_vocab;
+  if (m.tie_embeddings != "flavor") a.tie_embeddings = m.tie_embeddings == "true";
+  if (m.qk_norm != "flavor") a.qk_norm = m.qk_norm == "true";
+  if (m.rope_theta > 0) a.rope_theta = m.rope_theta;
+  if (m.norm_eps > 0) a.norm_eps = m.norm_eps;
+  TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,
+                     ") must be a multiple of model.n_kv_heads (", a.n_kv_heads, ")");
+  TITAN_CONFIG_CHECK(a.head_dim % 2 == 0, "model.head_dim (", a.head_dim,
+                     ") must be even for rotary embeddings");
+  TITAN_CONFIG_CHECK(a.vocab_size >= tokenizer_vocab, "model.vocab_size (", a.vocab_size,
+                     ") is smaller than the tokenizer's vocabulary (", tokenizer_vocab, ")");
+  return a;
+}
+
+}  // namespace titan

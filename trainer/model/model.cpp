@@ -1,0 +1,220 @@
+#include "trainer/model/model.h"
+
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
+
+namespace titan {
+namespace {
+
+// FNV-1a: a hash that is the same on every build, unlike std::hash.
+uint64_t stable_hash(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({out, in}, opts));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return apply_wrap(wrap, x, [this](const torch::Tensor& in) { return torch::matmul(in, weight.t()); });
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({vocab, dim}, opts));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return apply_wrap(wrap, ids, [this](const torch::Tensor& in) { return weight.index({in}); });
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& opts) : eps(eps_) {
+  weight = register_parameter("weight", torch::empty({dim}, opts));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
+    auto xf = in.to(torch::kFloat32);
+    auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * normed.to(in.scalar_type());
+  });
+}
+
+RopeTables make_rope_tables(int64_t max_seq, int64_t head_dim, double theta,
+                            const torch::TensorOptions& opts) {
+  if (opts.device().is_meta()) {
+    auto o = opts.dtype(torch::kFloat32);
+    return {torch::empty({max_seq, head_dim}, o), torch::empty({max_seq, head_dim}, o)};
+  }
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, f64) / double(head_dim));
+  auto freqs = torch::outer(torch::arange(max_seq, f64), inv_freq);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto o = opts.dtype(torch::kFloat32);
+  return {emb.cos().to(o), emb.sin().to(o)};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  // x [B, H, S, D]; cos/sin [S, D]. rotate_half(x) = cat(-x2, x1).
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
+  return x * c + rotated * s;
+}
+
+AttentionImpl::AttentionImpl(const ModelArgs& a, const torch::TensorOptions& opts)
+    : head_dim(a.head_dim) {
+  wq = register_module("wq", Linear(a.dim, a.n_heads * a.head_dim, opts));
+  wk = register_module("wk", Linear(a.dim, a.n_kv_heads * a.head_dim, opts));
+  wv = register_module("wv", Linear(a.dim, a.n_kv_heads * a.head_dim, opts));
+  wo = register_module("wo", Linear(a.n_heads * a.head_dim, a.dim, opts));
+  if (a.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(a.head_dim, a.norm_eps, opts));
+    k_norm = register_module("k_norm", RMSNorm(a.head_dim, a.norm_eps, opts));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t B = x.size(0), S = x.size(1);
+  auto q = wq(x).view({B, S, -1, head_dim});
+  auto k = wk(x).view({B, S, -1, head_dim});
+  auto v = wv(x).view({B, S, -1, head_dim});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);  // [B, H, S, D]
+  k = k.transpose(1, 2);
+  v = v.transpose(1, 2);
+  auto cos = rope.cos.narrow(0, 0, S), sin = rope.sin.narrow(0, 0, S);
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  const int64_t H = q.size(1), KV = k.size(1);
+  torch::Tensor attn;
+  {
+    // Profiling annotation only (no effect on the math): the simulator costs what runs in
+    // this scope as one flash-attention kernel (trainer/trace_recorder.h, kAttentionScope).
+    RECORD_FUNCTION("titan::attention", std::vector<c10::IValue>({q, k, v}));
+    if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
+      k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+      v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+    }
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
+    auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+    auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+    attn = torch::matmul(probs, v);
+  }
+  auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});
+  return wo(out);
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::TensorOptions& opts) {
+  w1 = register_module("w1", Linear(dim, ffn_dim, opts));
+  w2 = register_module("w2", Linear(ffn_dim, dim, opts));
+  w3 = register_module("w3", Linear(dim, ffn_dim, opts));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  return w2(torch::silu(w1(x)) * w3(x));
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
+  attention = register_module("attention", Attention(a, opts));
+  feed_forward = register_module("feed_forward", FeedForward(a.dim, a.ffn_dim, opts));
+  attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps, opts));
+  ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps, opts));
+}
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  auto h = x + attention(attention_norm(x), rope);
+  return h + feed_forward(ffn_norm(h));
+}
+
+TransformerImpl::TransformerImpl(const ModelArgs& a, int64_t max_seq_len,
+                                 const torch::TensorOptions& opts)
+    : args(a) {
+  tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim, opts));
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    layers.push_back(TransformerBlock(a, opts));
+    list->push_back(layers.back());
+  }
+  norm = register_module("norm", RMSNorm(a.dim, a.norm_eps, opts));
+  if (!a.tie_embeddings) output = register_module("output", Linear(a.dim, a.vocab_size, opts));
+  rope = make_rope_tables(max_seq_len, a.head_dim, a.rope_theta, opts);
+}
+
+torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
+  auto h = tok_embeddings(tokens);
+  for (int64_t i = 0; i < static_cast<int64_t>(layers.size()); ++i) {
+    ForwardFn fn = [this, i](const torch::Tensor& x) { return layers[i]->forward(x, rope); };
+    // Wrappers compose outermost first: wrapper 0 sees the others as its inner function.
+    for (auto it = block_wrappers.rbegin(); it != block_wrappers.rend(); ++it) {
+      const BlockWrapFn& w = *it;
+      fn = [w, i, fn](const torch::Tensor& x) { return w(i, x, fn); };
+    }
+    h = fn(h);
+  }
+  return norm(h);
+}
+
+torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
+  if (output) return output(h);
+  return torch::matmul(h, tok_embeddings->weight.t());
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  return apply_wrap(forward_wrap, tokens, [this](const torch::Tensor& t) { return head(hidden(t)); });
+}
+
+void TransformerImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const double base_std = 0.02;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    if (p.is_meta()) continue;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash(name, seed));
+    auto full = torch::empty(p.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
+    auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends_with("norm.weight")) {
+      full.fill_(1.0);
+    } else {
+      double std = base_std;
+      if (name == "tok_embeddings.weight") {
+        std = args.tie_embeddings ? 1.0 / std::sqrt(double(args.dim)) : 1.0;
+      } else if (name == "output.weight") {
+        std = 1.0 / std::sqrt(double(args.dim));
+      } else if (ends_with("wo.weight") || ends_with("w2.weight") || ends_with("w3.weight")) {
+        // Depth-scaled init for the projections that write into the residual stream.
+        const int64_t layer = std::stoll(name.substr(7, name.find('.', 7) - 7));
+        std = base_std / std::sqrt(2.0 * (layer + 1));
+      }
+      full.normal_(0.0, std, gen);
+    }
+    p.copy_(full);
+  }
+}
+
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
+                                double normalizer) {
+  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+  auto logp = torch::log_softmax(flat, -1);
+  auto picked = logp.gather(1, labels.reshape({-1, 1}));
+  return -picked.sum() / normalizer;
+}
+
+}  // namespace titan

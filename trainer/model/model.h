@@ -1,0 +1,114 @@
+// The dense decoder (Qwen3 and Llama 3 from one code path), faithful to the Hugging Face
+// implementation. Knows nothing of parallelism: plans change it from outside through the
+// generic hooks of parallel/module_hooks.h (WeightModule::wrap and ::weight,
+// Transformer::block_wrappers and ::forward_wrap) and by replacing parameters with shards.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "parallel/module_hooks.h"
+#include "common/model_args.h"
+
+namespace titan {
+
+// Bias-free linear layer y = x W^T with W [out, in].
+class LinearImpl : public WeightModule {
+ public:
+  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x);
+};
+TORCH_MODULE(Linear);
+
+// Token embedding as a row lookup (index, not embedding(), so it runs on the meta device).
+class EmbeddingImpl : public WeightModule {
+ public:
+  EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& ids);
+};
+TORCH_MODULE(Embedding);
+
+// RMSNorm over the last dim, computed in fp32 and scaled in the input dtype (as HF does).
+class RMSNormImpl : public WeightModule {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x);
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// cos/sin tables [max_seq, head_dim] in the HF "rotate half" layout.
+struct RopeTables {
+  torch::Tensor cos, sin;
+};
+RopeTables make_rope_tables(int64_t max_seq, int64_t head_dim, double theta,
+                            const torch::TensorOptions& opts);
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Grouped-query attention with optional per-head RMSNorm on q and k. The number of heads is
+// read from the projection shapes, so a plan that shards wq/wk/wv by heads needs no flag.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelArgs& args, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  int64_t head_dim;
+  Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU MLP: w2(silu(w1 x) * w3 x).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  TransformerBlockImpl(const ModelArgs& args, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  Attention attention{nullptr};
+  FeedForward feed_forward{nullptr};
+  RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  // Parameters are created directly on opts.device() (meta for simulation), uninitialized.
+  TransformerImpl(const ModelArgs& args, int64_t max_seq_len, const torch::TensorOptions& opts);
+
+  // tokens [B, S] int64 -> logits [B, S, vocab] (or the vocab shard under loss parallel).
+  torch::Tensor forward(const torch::Tensor& tokens);
+  torch::Tensor hidden(const torch::Tensor& tokens);  // final-norm output, before the head
+  torch::Tensor head(const torch::Tensor& h);
+
+  // Deterministic init from the seed: each parameter draws from its own generator seeded by
+  // (seed, parameter name), so the result does not depend on order, rank or mesh.
+  void init_weights(uint64_t seed);
+
+  // Wraps the whole forward (tokens -> logits): where a plan gathers the root's parameters.
+  WrapFn forward_wrap;
+
+  ModelArgs args;
+  Embedding tok_embeddings{nullptr};
+  std::vector<TransformerBlock> layers;  // also registered under "layers" (a ModuleList)
+  RMSNorm norm{nullptr};
+  Linear output{nullptr};  // null when embeddings are tied
+  RopeTables rope;
+  std::vector<BlockWrapFn> block_wrappers;
+};
+TORCH_MODULE(Transformer);
+
+// Cross entropy summed over tokens (fp32), divided by `normalizer` (the tokens of the whole
+// global batch), so that micro-batch and data-parallel sums give the global mean.
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
+                                double normalizer);
+
+}  // namespace titan

@@ -1,0 +1,250 @@
+// Simulated training (see simulate.h): record the trainer's step on the meta device over a
+// `sim` World, replay it on the device model, report like a real run.
+#include "trainer/simulate/simulate.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/world.h"
+#include "common/error.h"
+#include "trainer/config/resolve_model.h"
+#include "trainer/model/model.h"
+#include "common/model_args.h"
+#include "trainer/components/optimizer.h"
+#include "trainer/step/parallelize.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/simulate/trace_recorder.h"
+#include "trainer/step/trainer.h"
+
+namespace titan {
+
+std::string cpu_calibration_path() {
+  if (const char* p = std::getenv("TITAN_CPU_CALIBRATION")) return p;
+  return std::string(TITAN_SOURCE_DIR) + "/outputs/cpu_calibration.toml";
+}
+
+devices::ChipSpec simulated_chip(const JobConfig& cfg) {
+  std::string name = cfg.simulation.device;
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "cpu") {
+    const devices::CpuCalibration cal = devices::load_cpu_calibration(cpu_calibration_path());
+    return devices::find_chip(name, &cal);
+  }
+  return devices::find_chip(name);  // unknown names: config error listing the valid ones
+}
+
+std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
+  return {{"pp", d.pp}, {"dp_replicate", d.dp_replicate}, {"dp_shard", d.dp_shard}, {"cp", d.cp}, {"tp", d.tp}};
+}
+
+namespace {
+
+devices::ActivationCheckpoint ac_mode(const JobConfig& cfg) {
+  return devices::parse_activation_checkpoint(cfg.activation_checkpoint.mode);
+}
+
+}  // namespace
+
+RecordedStep record_step(const JobConfig& cfg) {
+  RecordedStep out;
+  out.chip = simulated_chip(cfg);
+  const int64_t chips = cfg.simulation.num_chips;
+  out.dims = parallel_dims(cfg, chips);  // degrees must multiply to num_chips
+  // The plans in parallelize() cover FSDP / HSDP / DDP and TP so far (Trainer checks the
+  // same); PP and CP join the simulation through parallelize() once they exist.
+  TITAN_CONFIG_CHECK(out.dims.pp == 1 && out.dims.cp == 1, "pipeline and context parallelism are not implemented yet (",
+                     out.dims.to_string(), "); use data parallel and tensor parallel degrees");
+  out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
+
+  // The sim World: num_chips ranks, this process is rank 0 (every rank of a stage does the
+  // same work under SPMD).
+  set_sim_world(chips, 0);
+  CommOptions co = comm_options(cfg);
+  co.backend = "sim";
+  auto world = init_distributed(co);
+
+  // The trainer itself, on the meta device over the sim World: same model, plans,
+  // optimizer and step as a real run.
+  Trainer trainer(cfg, world, /*on_meta=*/true);
+  for (auto& p : trainer.model()->named_parameters()) out.local_params += p.value().numel();
+  // What the trainer stores: fp32 masters under FSDP, else mixed_precision_param.
+  const std::vector<torch::Tensor> stored = trainer.model()->parameters();
+  out.param_elem_bytes = static_cast<int64_t>(stored.front().element_size());
+  out.global_batch = trainer.global_batch();
+  out.microbatches = trainer.microbatches();
+  {
+    TraceRecorder recorder(out.chip.fused_attention);
+    trainer.train_step();
+    out.trace = recorder.trace();
+    out.calls = recorder.calls();
+    out.op_counts = recorder.op_counts();
+  }
+  return out;
+}
+
+namespace {
+
+SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
+  SimulationResult r;
+  r.dims = rec.dims;
+  r.placement = rec.placement.describe();
+  r.num_chips = cfg.simulation.num_chips;
+  r.global_batch = rec.global_batch;
+  r.seq_len = cfg.training.seq_len;
+  r.microbatches = rec.microbatches;
+  devices::SimulationOptions o;
+  o.execution = devices::parse_execution(cfg.simulation.execution);
+  o.collective_mode = devices::parse_collective_mode(cfg.comm.collective_mode);
+  r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
+
+  const ModelArgs args = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  r.flops_per_token = flops_per_token(args, r.seq_len);
+  r.peak_flops = rec.chip.peak_bf16_flops;
+  const double tokens = static_cast<double>(r.global_batch * r.seq_len);
+  r.tokens_per_s_per_chip = tokens / r.report.step_time_s / static_cast<double>(r.num_chips);
+  r.tflops_per_chip = r.flops_per_token * r.tokens_per_s_per_chip / 1e12;
+  r.mfu_percent = 100.0 * r.flops_per_token * r.tokens_per_s_per_chip / r.peak_flops;
+
+  devices::TransformerLayout l;
+  l.tp = rec.dims.tp;
+  l.pp = rec.dims.pp;
+  l.fsdp = rec.dims.dp_shard * rec.dims.cp;
+  l.tokens = cfg.training.local_batch_size * r.seq_len / rec.dims.cp;
+  l.param_bytes = rec.param_elem_bytes;
+  l.ac = ac_mode(cfg);
+  l.selective_every = l.ac == devices::ActivationCheckpoint::kSelective ? cfg.activation_checkpoint.selective_every : 0;
+  devices::MemoryInputs in = devices::transformer_memory_inputs(args, l);
+  // What this trainer really stores: its shards, gradients and AdamW states in the
+  // parameter dtype (zeros_like), no separate master copy.
+  in.local_params = rec.local_params;
+  in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = rec.param_elem_bytes;
+  in.master_weights = false;
+  r.memory = devices::memory_per_chip(in, rec.chip);
+  return r;
+}
+
+std::string layout_string(const ParallelDims& d) {
+  std::ostringstream os;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"pp", d.pp}, {"dp_replicate", d.dp_replicate}, {"dp_shard", d.dp_shard}, {"cp", d.cp}, {"tp", d.tp}};
+  for (auto& [n, v] : dims) {
+    if (v == 1) continue;
+    os << (os.tellp() > 0 ? " x " : "") << n << " " << v;
+  }
+  return os.tellp() > 0 ? os.str() : "single chip";
+}
+
+}  // namespace
+
+SimulationResult simulate(const JobConfig& cfg, bool other_mode) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SimulationResult r = replay(cfg, record_step(cfg));
+  if (other_mode) {
+    JobConfig other = cfg;
+    other.comm.collective_mode = cfg.comm.collective_mode == "fused" ? "separate" : "fused";
+    SimulationResult o = replay(other, record_step(other));
+    r.other_mode = other.comm.collective_mode;
+    r.other_step_time_s = o.report.step_time_s;
+    r.other_mfu_percent = o.mfu_percent;
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string format_report(const SimulationResult& r) {
+  const auto& s = r.report;
+  std::ostringstream os;
+  os << std::fixed;
+  os << "simulated step on " << r.num_chips << " x " << s.device << "\n";
+  os << "  topology        " << s.topology << "\n";
+  os << "  layout          " << layout_string(r.dims) << "  (" << r.placement << ")\n";
+  os << "  execution       " << s.execution << ", collectives " << s.collective_mode << "\n";
+  os << "  batch           " << r.global_batch << " x " << r.seq_len << " tokens, " << r.microbatches
+     << " micro-batch(es) per rank\n";
+  os << std::setprecision(4) << "  step time       " << s.step_time_s << " s\n";
+  os << std::setprecision(1) << "  tokens/s/chip   " << r.tokens_per_s_per_chip << "\n";
+  os << std::setprecision(1) << "  TFLOP/s/chip    " << r.tflops_per_chip << " of " << r.peak_flops / 1e12
+     << " peak\n";
+  os << std::setprecision(2) << "  MFU             " << r.mfu_percent
+     << " %  (TorchTitan convention: 6 x params without input embedding + 12 x layers x heads x "
+        "head_dim x seq per token, attention not halved)\n";
+  os << "  memory/chip     " << r.memory.describe() << (r.memory.fits ? "  fits" : "  DOES NOT FIT") << "\n";
+  os << std::setprecision(4) << "  exposed comm    " << s.exposed_comm_s << " s (" << std::setprecision(1)
+     << 100.0 * s.exposed_comm_fraction << " % of the step); compute " << std::setprecision(4) << s.compute_s
+     << " s, comm busy " << s.comm_s << " s, idle " << s.idle_s << " s\n";
+  os << "  largest costs  ";
+  for (size_t i = 0; i < s.costs.size() && i < 3; ++i)
+    os << (i ? ", " : " ") << s.costs[i].category << " " << std::setprecision(4) << s.costs[i].seconds << " s";
+  os << "\n";
+  if (!r.other_mode.empty()) {
+    os << std::setprecision(2) << "  other mode      " << r.other_mode << ": MFU " << r.other_mfu_percent
+       << " %, step " << std::setprecision(4) << r.other_step_time_s << " s\n";
+  }
+  os << "  trace           " << s.ops << " ops -> " << s.kernels << " kernels, " << s.collectives
+     << " collectives; simulated in " << std::setprecision(2) << r.wall_s << " s\n";
+  return os.str();
+}
+
+std::string to_json(const SimulationResult& r) {
+  const auto& s = r.report;
+  nlohmann::json j;
+  j["device"] = s.device;
+  j["num_chips"] = r.num_chips;
+  j["topology"] = s.topology;
+  j["layout"] = {{"pp", r.dims.pp}, {"dp_replicate", r.dims.dp_replicate}, {"dp_shard", r.dims.dp_shard},
+                 {"cp", r.dims.cp}, {"tp", r.dims.tp}};
+  j["placement"] = r.placement;
+  j["global_batch_size"] = r.global_batch;
+  j["seq_len"] = r.seq_len;
+  j["microbatches"] = r.microbatches;
+  j["step_time_s"] = s.step_time_s;
+  j["tokens_per_s_per_chip"] = r.tokens_per_s_per_chip;
+  j["tflops_per_chip"] = r.tflops_per_chip;
+  j["mfu"] = r.mfu_percent;
+  j["mfu_convention"] = "torchtitan: 6*N_no_input_embedding + 12*L*H*hd*seq per token, percent";
+  j["peak_flops_per_chip"] = r.peak_flops;
+  j["peak_memory_gib_per_chip"] = r.memory.total_gib();
+  j["memory_capacity_gib_per_chip"] = static_cast<double>(r.memory.capacity) / devices::kGiB;
+  j["fits_in_memory"] = r.memory.fits;
+  j["exposed_comm_s"] = s.exposed_comm_s;
+  j["exposed_comm_fraction"] = s.exposed_comm_fraction;
+  j["compute_s"] = s.compute_s;
+  j["comm_s"] = s.comm_s;
+  j["idle_s"] = s.idle_s;
+  j["collective_mode"] = s.collective_mode;
+  j["execution"] = s.execution;
+  nlohmann::json costs = nlohmann::json::array();
+  for (const auto& c : s.costs) costs.push_back({{"category", c.category}, {"seconds", c.seconds}});
+  j["costs"] = costs;
+  if (!r.other_mode.empty()) {
+    j["other_collective_mode"] = r.other_mode;
+    j["other_mode_mfu"] = r.other_mfu_percent;
+    j["other_mode_step_time_s"] = r.other_step_time_s;
+  }
+  j["ops"] = s.ops;
+  j["kernels"] = s.kernels;
+  j["collectives"] = s.collectives;
+  j["simulation_wall_s"] = r.wall_s;
+  return j.dump(2);
+}
+
+void run_simulation(const JobConfig& cfg) {
+  SimulationResult r = simulate(cfg, /*other_mode=*/true);
+  std::cout << format_report(r) << std::flush;
+  std::filesystem::create_directories(cfg.job.dump_folder);
+  const std::string path = cfg.job.dump_folder + "/simulation.json";
+  std::ofstream f(path);
+  TITAN_CHECK(f.good(), "cannot write ", path);
+  f << to_json(r) << "\n";
+  std::cout << "  wrote           " << path << std::endl;
+}
+
+}  // namespace titan

@@ -1,0 +1,69 @@
+// Simulated training: the trainer's own step (meta-device model with the real dims, the real
+// parallel plans over a `sim` World of num_chips ranks) recorded for one representative rank
+// and replayed on a device model (devices/step_simulator.h). Used by titan-train when
+// [simulation] enable = true, by launch/calibration-table, the benchmark and the tests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/sim_backend.h"
+#include "devices/memory_model.h"
+#include "devices/step_simulator.h"
+#include "parallel/parallel_dims.h"
+#include "trainer/config/job_config.h"
+
+namespace titan {
+
+// One recorded step of the representative rank.
+struct RecordedStep {
+  devices::ChipSpec chip;
+  devices::Placement placement;
+  ParallelDims dims;
+  devices::Trace trace;
+  std::vector<SimCollectiveEvent> calls;  // every Communicator call (for comparisons)
+  std::map<std::string, int64_t> op_counts;
+  int64_t local_params = 0;      // parameter elements this rank stores (its shards)
+  int64_t param_elem_bytes = 4;  // storage dtype of the parameters (mixed_precision_param)
+  int64_t microbatches = 1;
+  int64_t global_batch = 0;
+};
+
+// The chip a config names; "cpu" reads its constants from the calibration file
+// (TITAN_CPU_CALIBRATION, default <source>/outputs/cpu_calibration.toml).
+devices::ChipSpec simulated_chip(const JobConfig& cfg);
+std::string cpu_calibration_path();
+
+// Mesh dims of a layout, outermost first, as devices::place_mesh takes them.
+std::vector<devices::MeshDim> mesh_dims(const ParallelDims& dims);
+
+// Validates device, degrees and topology (config errors), then records one training step
+// with cfg.comm.collective_mode. Chip count enters only through group sizes.
+RecordedStep record_step(const JobConfig& cfg);
+
+struct SimulationResult {
+  devices::StepReport report;
+  devices::MemoryReport memory;
+  ParallelDims dims;
+  std::string placement;  // Placement::describe()
+  int64_t num_chips = 0, global_batch = 0, seq_len = 0, microbatches = 1;
+  double flops_per_token = 0;  // DESIGN.md section 6 (TorchTitan convention)
+  double tokens_per_s_per_chip = 0, tflops_per_chip = 0, mfu_percent = 0;
+  double peak_flops = 0;  // chip's dense bf16 peak (cpu: measured sgemm rate)
+  std::string other_mode;  // the other collective mode, re-recorded and replayed
+  double other_step_time_s = 0, other_mfu_percent = 0;
+  double wall_s = 0;  // this process's time to record and replay (both modes)
+};
+
+// Records and replays the step; with `other_mode`, also under the other collective mode.
+SimulationResult simulate(const JobConfig& cfg, bool other_mode = true);
+
+std::string format_report(const SimulationResult& r);
+std::string to_json(const SimulationResult& r);
+
+// titan-train's entry: simulate, print the report, write <dump_folder>/simulation.json.
+void run_simulation(const JobConfig& cfg);
+
+}  // namespace titan

@@ -1,0 +1,291 @@
+// TraceRecorder (see trace_recorder.h): RecordFunction callbacks -> devices::OpDesc, sim
+// collectives -> Trace issue/wait points.
+#include "trainer/simulate/trace_recorder.h"
+
+#include <ATen/SequenceNumber.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "common/error.h"
+
+namespace titan {
+
+std::string placement_group(const std::string& name) {
+  // DeviceMesh flattens dp_shard x cp into "fsdp" (alias dp_shard_cp); the placement knows
+  // the alias.
+  if (name == "fsdp") return "dp_shard_cp";
+  return name;
+}
+
+namespace {
+
+using devices::OpDesc;
+using devices::OpKind;
+
+std::mutex mu;                  // guards the recorder and the attention intervals
+TraceRecorder* active = nullptr;
+bool fuse_attention_scope = true;  // set with `active`, before the callback is installed
+
+// Forward attention scopes: on thread `thread`, autograd nodes with sequence numbers in
+// [lo, hi) were created inside the scope; their backward is one flash backward kernel.
+struct AttentionInterval {
+  int64_t hi = 0;
+  devices::AttentionShape shape;
+  int64_t dtype_bytes = 2;
+  bool backward_emitted = false;
+};
+std::map<std::pair<uint64_t, int64_t>, AttentionInterval> intervals;
+
+int64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+int64_t ivalue_bytes(const c10::IValue& v) {
+  if (v.isTensor()) return tensor_bytes(v.toTensor());
+  if (v.isTensorList()) {
+    int64_t b = 0;
+    for (const at::Tensor& t : v.toTensorList().vec()) b += tensor_bytes(t);
+    return b;
+  }
+  return 0;
+}
+
+const std::unordered_set<std::string>& view_ops() {
+  // Metadata only, or allocation without a write: no HBM traffic.
+  static const std::unordered_set<std::string> s = {
+      "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias",
+      "aten::transpose", "aten::t", "aten::expand", "aten::expand_as", "aten::permute",
+      "aten::unsqueeze", "aten::squeeze", "aten::narrow", "aten::slice", "aten::select",
+      "aten::as_strided", "aten::alias", "aten::detach", "aten::detach_", "aten::empty",
+      "aten::empty_strided", "aten::empty_like", "aten::set_", "aten::resize_",
+      "aten::lift_fresh", "aten::split", "aten::unbind", "aten::chunk", "aten::view_as",
+      "aten::unfold", "aten::diagonal", "aten::to", "aten::contiguous", "aten::_to_copy_meta",
+      "aten::numpy_T", "aten::flatten", "aten::split_with_sizes", "aten::new_empty",
+      "aten::new_empty_strided", "aten::requires_grad_"};
+  return s;
+}
+
+const std::unordered_set<std::string>& reduction_ops() {
+  static const std::unordered_set<std::string> s = {
+      "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min",
+      "aten::_log_softmax", "aten::_softmax", "aten::_log_softmax_backward_data",
+      "aten::_softmax_backward_data", "aten::norm", "aten::linalg_vector_norm", "aten::var",
+      "aten::std", "aten::logsumexp", "aten::prod", "aten::argmax", "aten::cumsum"};
+  return s;
+}
+
+const std::unordered_set<std::string>& movement_ops() {
+  // Data movement that breaks an elementwise fusion chain (gathers, scatters, concatenation).
+  static const std::unordered_set<std::string> s = {
+      "aten::cat", "aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::gather",
+      "aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
+      "aten::index_select", "aten::embedding", "aten::clone", "aten::masked_scatter",
+      "aten::nonzero", "aten::index_add_", "aten::embedding_dense_backward"};
+  return s;
+}
+
+bool writes_only(const std::string& n) {
+  return n == "aten::zero_" || n == "aten::fill_" || n == "aten::normal_" ||
+         n == "aten::uniform_" || n == "aten::random_" || n == "aten::zeros" ||
+         n == "aten::ones" || n == "aten::full";
+}
+
+std::vector<int64_t> sizes_of(const c10::IValue& v) {
+  return v.isTensor() ? v.toTensor().sizes().vec() : std::vector<int64_t>{};
+}
+
+// The op as far as its inputs tell; bytes_written is filled at the end from the outputs.
+struct Frame : public at::ObserverContext {
+  Frame* parent = nullptr;
+  bool has_child = false;
+  bool suppressed = false;       // inside an attention scope or an attention backward node
+  bool suppress_children = false;
+  bool is_op = false;            // an aten op we may record as a leaf
+  bool attention = false;        // the attention scope itself
+  uint64_t thread = 0;
+  int64_t seq_lo = 0;
+  devices::AttentionShape attn;
+  int64_t attn_dtype_bytes = 2;
+  OpDesc op;
+  int64_t first_input_bytes = 0;
+};
+
+thread_local Frame* top = nullptr;
+
+OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes) {
+  OpDesc d;
+  d.name = name;
+  *first_bytes = in.empty() ? 0 : ivalue_bytes(in[0]);
+  auto mm_at = [&](size_t a, size_t b) {
+    auto sa = sizes_of(in[a]), sb = sizes_of(in[b]);
+    devices::MatmulShape s;
+    if (sa.size() == 3 && sb.size() == 3) {
+      s = {sa[0], sa[1], sb[2], sa[2]};
+    } else if (sa.size() == 2 && sb.size() == 2) {
+      s = {1, sa[0], sb[1], sa[1]};
+    } else {
+      return false;
+    }
+    d = devices::matmul_op(name, s, static_cast<int64_t>(in[a].toTensor().element_size()));
+    return true;
+  };
+  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1)) return d;
+  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2)) return d;
+  if (view_ops().count(name)) {
+    d.kind = OpKind::kView;
+    return d;
+  }
+  int64_t read = 0;
+  for (const auto& v : in) read += ivalue_bytes(v);
+  if (name == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
+    const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
+    d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
+    d.bytes_read = ivalue_bytes(in[1]);
+    return d;
+  }
+  if (writes_only(name)) read = 0;
+  d.kind = reduction_ops().count(name)    ? OpKind::kReduction
+           : movement_ops().count(name) ? OpKind::kOther
+                                        : OpKind::kElementwise;
+  d.bytes_read = read;
+  return d;
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  auto f = std::make_unique<Frame>();
+  f->parent = top;
+  if (top) {
+    top->has_child = true;
+    f->suppressed = top->suppressed || top->suppress_children;
+  }
+  const std::string name = fn.name();
+  if (name == kAttentionScope && fuse_attention_scope) {
+    auto in = fn.inputs();
+    TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
+                ": expected q and k as the scope's inputs");
+    const at::Tensor q = in[0].toTensor(), k = in[1].toTensor();
+    TITAN_CHECK(q.dim() == 4 && k.dim() == 4, kAttentionScope, ": q and k must be [B, H, S, D]");
+    f->attention = !f->suppressed;
+    f->suppress_children = true;
+    f->attn = {q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), true, false};
+    f->attn_dtype_bytes = static_cast<int64_t>(q.element_size());
+    f->thread = fn.threadId();
+    f->seq_lo = at::sequence_number::peek();
+  } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION && fn.seqNr() >= 0 && !f->suppressed) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = intervals.upper_bound({fn.forwardThreadId(), fn.seqNr()});
+    if (it != intervals.begin()) {
+      --it;
+      if (it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second.hi) {
+        f->suppress_children = true;
+        if (!it->second.backward_emitted && active) {
+          // The first of the scope's backward nodes autograd reaches runs the whole kernel.
+          it->second.backward_emitted = true;
+          auto s = it->second.shape;
+          s.backward = true;
+          OpDesc d = devices::attention_op(s, it->second.dtype_bytes);
+          d.name = std::string(kAttentionScope) + "_backward";
+          active->add_compute(d);
+        }
+      }
+    }
+  } else if (!f->suppressed && name.rfind("aten::", 0) == 0) {
+    f->is_op = true;
+    f->op = describe(name, fn.inputs(), &f->first_input_bytes);
+  }
+  top = f.get();
+  return f;
+}
+
+void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  auto* f = static_cast<Frame*>(ctx);
+  if (!f) return;
+  top = f->parent;
+  if (f->attention) {
+    std::lock_guard<std::mutex> lock(mu);
+    AttentionInterval iv;
+    iv.hi = at::sequence_number::peek();
+    iv.shape = f->attn;
+    iv.dtype_bytes = f->attn_dtype_bytes;
+    if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = iv;
+    if (active) {
+      OpDesc d = devices::attention_op(f->attn, f->attn_dtype_bytes);
+      d.name = kAttentionScope;
+      active->add_compute(d);
+    }
+    return;
+  }
+  if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
+  OpDesc& d = f->op;
+  if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
+    int64_t written = 0;
+    for (const auto& v : fn.outputs()) written += ivalue_bytes(v);
+    if (written == 0 && !d.name.empty() && d.name.back() == '_') written = f->first_input_bytes;
+    const double elements = static_cast<double>(written) / std::max<int64_t>(1, d.dtype_bytes);
+    d = devices::pointwise_op(d.name, d.kind, d.bytes_read, written, elements);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (active) active->add_compute(d);
+}
+
+}  // namespace
+
+TraceRecorder::TraceRecorder(bool fuse_attention) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    TITAN_CHECK(active == nullptr, "TraceRecorder: another recorder is active");
+    active = this;
+    fuse_attention_scope = fuse_attention;
+    intervals.clear();
+  }
+  set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
+  handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
+                                      .needsInputs(true)
+                                      .needsOutputs(true)
+                                      .scopes({at::RecordScope::FUNCTION,
+                                               at::RecordScope::BACKWARD_FUNCTION,
+                                               at::RecordScope::USER_SCOPE}));
+}
+
+TraceRecorder::~TraceRecorder() {
+  at::removeCallback(handle_);
+  set_sim_listener(nullptr);
+  std::lock_guard<std::mutex> lock(mu);
+  active = nullptr;
+  intervals.clear();
+}
+
+// Called with `mu` held.
+void TraceRecorder::add_compute(const devices::OpDesc& op) {
+  trace_.compute(op);
+  op_counts_[op.name]++;
+}
+
+void TraceRecorder::add_collective(const SimCollectiveEvent& e) {
+  std::lock_guard<std::mutex> lock(mu);
+  switch (e.type) {
+    case SimCollectiveEvent::Type::kCall:
+      calls_.push_back(e);
+      break;
+    case SimCollectiveEvent::Type::kIssue: {
+      devices::CollectiveDesc c;
+      c.kind = devices::parse_collective(e.op);
+      c.group = placement_group(e.group);
+      c.bytes = e.bytes;
+      c.stream = e.stream;
+      work_of_[e.id] = trace_.issue(c);
+      break;
+    }
+    case SimCollectiveEvent::Type::kWait: {
+      auto it = work_of_.find(e.id);
+      if (it != work_of_.end()) trace_.wait(it->second);
+      break;
+    }
+  }
+}
+
+}  // namespace titan

@@ -1,0 +1,152 @@
+#include "trainer/step/parallelize.h"
+
+#include "common/error.h"
+#include "parallel/activation_checkpoint.h"
+#include "parallel/tensor_parallel.h"
+
+namespace titan {
+torch::ScalarType dtype_named(const std::string& name) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kFloat16;
+  return torch::kFloat32;
+}
+
+namespace {
+
+std::vector<NamedModule> weight_modules_under(torch::nn::Module& parent, const std::string& prefix) {
+  std::vector<NamedModule> out;
+  for (auto& item : parent.named_modules(prefix, /*include_self=*/false)) {
+    if (auto w = std::dynamic_pointer_cast<WeightModule>(item.value())) out.push_back({item.key(), w});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NamedModule> root_modules(Transformer& model) {
+  std::vector<NamedModule> root = {{"tok_embeddings", model->tok_embeddings.ptr()},
+                                   {"norm", model->norm.ptr()}};
+  if (model->output) root.push_back({"output", model->output.ptr()});
+  return root;
+}
+
+std::vector<std::vector<NamedModule>> block_modules(Transformer& model) {
+  std::vector<std::vector<NamedModule>> blocks;
+  for (size_t i = 0; i < model->layers.size(); ++i) {
+    blocks.push_back(weight_modules_under(*model->layers[i], "layers." + std::to_string(i)));
+  }
+  return blocks;
+}
+
+void check_tensor_parallel(const ModelArgs& a, int64_t tp, int64_t seq_len, bool sequence_parallel) {
+  if (tp == 1) return;
+  auto need = [&](int64_t value, const char* what, const char* hint) {
+    TITAN_CONFIG_CHECK(value % tp == 0, "parallelism.tensor_parallel_degree (", tp, ") must divide ",
+                       what, " (", value, ")", hint);
+  };
+  need(a.n_heads, "model.n_heads", "");
+  // kv heads are split, not replicated: a degree above n_kv_heads is refused.
+  need(a.n_kv_heads, "model.n_kv_heads", "");
+  need(a.ffn_dim, "model.ffn_dim", "");
+  // The vocabulary is not padded silently (that would change the model): pad it yourself
+  // with model.vocab_size, a size that tokenizers never emit past.
+  need(a.vocab_size, "model.vocab_size",
+       "; set --model.vocab_size to the next multiple of the degree to pad the vocabulary");
+  if (sequence_parallel) need(seq_len, "training.seq_len (sequence parallel)", "");
+}
+
+namespace {
+
+// The TP plan for a Qwen3 / Llama 3 model (TorchTitan's plan): q/k/v and gate/up
+// column-wise, attention output and down row-wise, embedding and output on the vocabulary;
+// with sequence parallel the norms and the residual stream hold a sequence shard.
+void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool loss_parallel,
+                           ParallelizedModel& out) {
+  auto shard = [&](WeightModule& m, int64_t dim) {
+    shard_weight(m, dim, tp);
+    out.tp_sharded.push_back(m.weight);
+    out.tp_shard_dims.push_back(dim);
+  };
+  auto col = [&](Linear& l) { shard(*l, 0); };
+  auto row = [&](Linear& l) {
+    shard(*l, 1);
+    l->wrap = [&tp, sp](const torch::Tensor& x, const ForwardFn& inner) {
+      return sp ? reduce_scatter_sequence(inner(x), tp) : reduce_from_tp(inner(x), tp);
+    };
+  };
+  // A norm whose output feeds column-parallel layers: gather the sequence (SP) or mark the
+  // point where their input gradients are summed (no SP).
+  auto before_columns = [&](RMSNorm& n) {
+    n->wrap = [&tp, sp](const torch::Tensor& x, const ForwardFn& inner) {
+      return sp ? gather_sequence(inner(x), tp) : copy_to_tp(inner(x), tp);
+    };
+    if (sp) out.tp_partial_grads.push_back(n->weight);
+  };
+  for (auto& block : model->layers) {
+    auto& attn = block->attention;
+    col(attn->wq), col(attn->wk), col(attn->wv), row(attn->wo);
+    if (attn->q_norm) {
+      out.tp_partial_grads.push_back(attn->q_norm->weight);
+      out.tp_partial_grads.push_back(attn->k_norm->weight);
+    }
+    auto& ff = block->feed_forward;
+    col(ff->w1), col(ff->w3), row(ff->w2);
+    before_columns(block->attention_norm);
+    before_columns(block->ffn_norm);
+  }
+  auto& emb = model->tok_embeddings;
+  shard(*emb, 0);
+  emb->wrap = [&tp, sp, raw = emb.get()](const torch::Tensor& ids, const ForwardFn&) {
+    auto partial = vocab_parallel_embedding_partial(raw->weight, ids, tp);
+    return sp ? reduce_scatter_sequence(partial, tp) : reduce_from_tp(partial, tp);
+  };
+  before_columns(model->norm);
+  if (model->output) {
+    shard(*model->output, 0);
+  }
+  // Tied: head() multiplies by the (vocabulary-sharded) embedding weight, column-wise too.
+  if (loss_parallel) {
+    out.loss = [&tp](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+      return vocab_parallel_cross_entropy_sum(logits, labels, normalizer, tp);
+    };
+  } else {
+    out.loss = [&tp](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+      return cross_entropy_sum(gather_last_dim(logits, tp), labels, normalizer);
+    };
+  }
+}
+
+}  // namespace
+
+bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1; }
+
+ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg) {
+  ParallelizedModel out;
+  out.loss = [](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+    return cross_entropy_sum(logits, labels, normalizer);
+  };
+  const int64_t tp = mesh.size("tp");
+  const bool sp = tp > 1 && cfg.parallelism.enable_sequence_parallel;
+  check_tensor_parallel(model->args, tp, cfg.training.seq_len, sp);
+  // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
+  if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, out);
+  // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
+  // the recomputed forward then runs on parameters FSDP has gathered again.
+  if (cfg.activation_checkpoint.mode != "none") {
+    model->block_wrappers.push_back(activation_checkpoint_wrapper(cfg.activation_checkpoint.mode,
+                                                                  cfg.activation_checkpoint.selective_every));
+  }
+  if (applies_fsdp(mesh)) {
+    FsdpOptions o;
+    o.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
+    o.param_dtype = dtype_named(cfg.training.mixed_precision_param);
+    o.reduce_dtype = dtype_named(cfg.training.mixed_precision_reduce);
+    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, root_modules(model),
+                                      block_modules(model));
+    model->forward_wrap = out.fsdp->root_wrapper();
+    model->block_wrappers.insert(model->block_wrappers.begin(), out.fsdp->block_wrapper());
+  }
+  return out;
+}
+
+}  // namespace titan

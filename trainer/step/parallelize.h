@@ -1,0 +1,48 @@
+// Applies the parallel plans of the job to a Transformer from outside (TorchTitan's
+// parallelize step): FSDP / HSDP / DDP units per block plus the root, activation
+// checkpointing. Used by the train loop.
+#pragma once
+
+#include <memory>
+
+#include "parallel/device_mesh.h"
+#include "parallel/fsdp.h"
+#include "trainer/config/job_config.h"
+#include "trainer/model/model.h"
+
+namespace titan {
+
+struct ParallelizedModel {
+  std::unique_ptr<Fsdp> fsdp;  // null when no data parallelism is used
+  // Loss summed over tokens / normalizer, on what the model returns (full logits, or the
+  // vocabulary shard under loss parallel).
+  std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& labels,
+                              double normalizer)>
+      loss;
+  // Tensor parallel: replicated parameters whose gradients are partial sums over the tp
+  // group (per-head QK-norms; every norm under sequence parallel), all-reduced after
+  // backward; and the parameters sharded over tp (their squares are summed over tp for the
+  // global gradient norm, replicated ones are counted once).
+  std::vector<torch::Tensor> tp_partial_grads;
+  std::vector<torch::Tensor> tp_sharded;
+  std::vector<int64_t> tp_shard_dims;  // the dim each tp_sharded parameter is split on
+};
+
+// "float32" | "bfloat16" | "float16" (the config's dtype names) as a torch dtype.
+torch::ScalarType dtype_named(const std::string& name);
+
+// Checks that the model divides over the tensor-parallel degree; config errors otherwise.
+void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
+
+// Whether parallelize() shards or replicates parameters with FSDP units on this mesh
+// (FSDP, HSDP or DDP).
+bool applies_fsdp(const DeviceMesh& mesh);
+
+ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
+
+// The model's modules grouped as FSDP units: the root (embeddings, final norm, output) and
+// one unit per block.
+std::vector<NamedModule> root_modules(Transformer& model);
+std::vector<std::vector<NamedModule>> block_modules(Transformer& model);
+
+}  // namespace titan

@@ -1,0 +1,208 @@
+#include "trainer/step/trainer.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "common/error.h"
+#include "parallel/tensor_parallel.h"
+#include "trainer/config/resolve_model.h"
+
+namespace titan {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// Sums a host scalar over a group. On the meta device the value is unknown (0) but the
+// collective is still issued, as the simulator must see it.
+double all_reduce_sum(Communicator& group, double v) {
+  auto t = torch::tensor({v}, torch::kFloat64);
+  group.all_reduce(t, ReduceOp::kSum)->wait();
+  return t.item<double>();
+}
+
+double squared_sum(const torch::Tensor& t) {
+  auto sq = t.to(torch::kFloat64).pow(2).sum();
+  return t.is_meta() ? 0.0 : sq.item<double>();
+}
+
+}  // namespace
+
+int choose_threads(const JobConfig& cfg) {
+  if (cfg.training.threads > 0) return static_cast<int>(cfg.training.threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("TITAN_LOCAL_WORLD_SIZE", 1));
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+int64_t vocab_without_data(const JobConfig& cfg) {
+  ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor);
+  if (a.vocab_size > 0 || cfg.model.vocab_size > 0) return 0;
+  return make_tokenizer(cfg.model.tokenizer_path)->vocab_size();
+}
+
+CommOptions comm_options(const JobConfig& cfg) {
+  CommOptions o;
+  o.backend = cfg.comm.backend;
+  o.collective_mode = cfg.comm.collective_mode;
+  o.bucket_cap_mb = cfg.comm.bucket_cap_mb;
+  o.init_timeout_seconds = cfg.comm.init_timeout_seconds;
+  o.train_timeout_seconds = cfg.comm.train_timeout_seconds;
+  o.rendezvous_dir = cfg.comm.rendezvous_dir;
+  return o;
+}
+
+ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size) {
+  ParallelDims d;
+  d.dp_replicate = cfg.parallelism.data_parallel_replicate_degree;
+  d.dp_shard = cfg.parallelism.data_parallel_shard_degree;
+  d.cp = cfg.parallelism.context_parallel_degree;
+  d.tp = cfg.parallelism.tensor_parallel_degree;
+  d.pp = cfg.parallelism.pipeline_parallel_degree;
+  d.world_size = world_size;
+  d.validate();
+  return d;
+}
+
+Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_meta)
+    : cfg_(cfg), world_(std::move(world)), on_meta_(on_meta) {
+  torch::set_num_threads(choose_threads(cfg_));
+  if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  torch::manual_seed(cfg_.training.seed);
+  if (!world_) world_ = init_distributed(comm_options(cfg_));
+  dims_ = parallel_dims(cfg_, world_->size());
+  TITAN_CONFIG_CHECK(dims_.pp == 1 && dims_.cp == 1, "pipeline and context parallelism are not implemented yet (",
+                     dims_.to_string(), "); use data parallel and tensor parallel degrees");
+  mesh_ = ParallelDims(dims_).build_mesh(world_);
+
+  std::shared_ptr<const std::vector<int64_t>> tokens;
+  if (on_meta_) {
+    args_ = resolve_model_args(cfg_.model, vocab_without_data(cfg_));
+  } else {
+    tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
+    const std::string data_path =
+        cfg_.training.dataset_path.empty() ? default_corpus_path() : cfg_.training.dataset_path;
+    tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
+    args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
+  }
+  // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
+  // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
+  // precision policy); without those plans the model is built in that dtype itself.
+  const bool fp32_masters = applies_fsdp(*mesh_);
+  auto opts = torch::TensorOptions().dtype(
+      fp32_masters ? torch::kFloat32 : dtype_named(cfg_.training.mixed_precision_param));
+  model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
+  // Full weights from the seed on every rank, then sharded: any mesh starts alike.
+  if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
+  parallel_ = parallelize(model_, *mesh_, cfg_);
+
+  const int64_t dp = mesh_->size("dp");
+  const int64_t local_bs = cfg_.training.local_batch_size;
+  global_batch_ = cfg_.training.global_batch_size > 0 ? cfg_.training.global_batch_size : local_bs * dp;
+  TITAN_CONFIG_CHECK(global_batch_ % (local_bs * dp) == 0, "training.global_batch_size (", global_batch_,
+                     ") must be a multiple of local_batch_size x data-parallel degree (", local_bs, " x ",
+                     dp, ")");
+  if (!on_meta_) {
+    loader_ = std::make_unique<DataLoader>(tokens, cfg_.training.seq_len, global_batch_,
+                                           mesh_->coordinate("dp"), dp);
+  }
+
+  for (auto& p : model_->named_parameters()) params_.push_back({p.key(), p.value()});
+  optimizer_ = std::make_unique<AdamW>(params_, cfg_.optimizer);
+}
+
+double Trainer::global_grad_sq_norm() {
+  // Parameters sharded over tp: their squares add over tp; replicated ones count once.
+  // Then FSDP shards add over the fsdp group; dp replicas hold equal copies.
+  double sharded = 0, all = 0;
+  for (auto& p : parallel_.tp_sharded) {
+    if (p.grad().defined()) sharded += squared_sum(p.grad());
+  }
+  for (auto& p : params_) {
+    if (p.param.grad().defined()) all += squared_sum(p.param.grad());
+  }
+  const double replicated = all - sharded;
+  const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
+  return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
+}
+
+int64_t Trainer::tp_shard_dim(const std::string& name) const {
+  const auto* impl = model_->named_parameters()[name].unsafeGetTensorImpl();
+  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
+    if (parallel_.tp_sharded[i].unsafeGetTensorImpl() == impl) return parallel_.tp_shard_dims[i];
+  }
+  return -1;
+}
+
+std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
+  torch::NoGradGuard no_grad;
+  Transformer shapes(args_, 1, torch::TensorOptions().device(torch::kMeta));
+  auto full_shapes = shapes->named_parameters();
+  Communicator& tp = *(*mesh_)["tp"];
+  std::map<std::string, torch::Tensor> out;
+  for (auto& p : model_->named_parameters()) {
+    std::vector<int64_t> shape = full_shapes[p.key()].sizes().vec();
+    const int64_t dim = tp_shard_dim(p.key());
+    if (dim >= 0) shape[dim] /= tp.size();
+    torch::Tensor local = fsdp() ? gather_full_parameter(*(*mesh_)["fsdp"], p.value(), shape)
+                                 : p.value().detach().clone();
+    if (dim >= 0 && tp.size() > 1) local = all_gather_along(local, dim, tp).contiguous();
+    out[p.key()] = local;
+  }
+  return out;
+}
+
+int64_t Trainer::param_bytes() const {
+  int64_t b = 0;
+  for (auto& p : params_) b += p.param.nbytes();
+  return b;
+}
+
+int64_t Trainer::microbatches() const {
+  return global_batch_ / (cfg_.training.local_batch_size * mesh_->size("dp"));
+}
+
+Batch Trainer::next_batch() {
+  if (loader_) return loader_->next();
+  const int64_t rows = global_batch_ / mesh_->size("dp");
+  auto meta = torch::TensorOptions().device(torch::kMeta).dtype(torch::kInt64);
+  return {torch::empty({rows, cfg_.training.seq_len}, meta), torch::empty({rows, cfg_.training.seq_len}, meta)};
+}
+
+Trainer::StepResult Trainer::train_step() {
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t local_bs = cfg_.training.local_batch_size;
+  const double normalizer = static_cast<double>(tokens_per_step());
+  Batch batch = next_batch();
+  optimizer_->zero_grad();
+  StepResult r;
+  const int64_t micro = batch.inputs.size(0) / local_bs;
+  for (int64_t m = 0; m < micro; ++m) {
+    auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
+    auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
+    auto loss = parallel_.loss(model_->forward(in), lab, normalizer);
+    loss.backward();
+    if (parallel_.fsdp) parallel_.fsdp->finish_backward();
+    if (!on_meta_) r.loss += loss.item<double>();
+  }
+  Communicator& tp = *(*mesh_)["tp"];
+  if (!parallel_.tp_partial_grads.empty()) {
+    std::vector<torch::Tensor> grads;
+    for (auto& p : parallel_.tp_partial_grads) grads.push_back(p.grad());
+    tp.all_reduce(grads, ReduceOp::kSum)->wait();
+  }
+  // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
+  r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
+  r.grad_norm = std::sqrt(global_grad_sq_norm());
+  clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
+  r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
+  optimizer_->step(r.lr);
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace titan
