@@ -44,11 +44,9 @@ torch::Tensor checkpoint(const ForwardFn& fn, const torch::Tensor& x) {
   return CheckpointFunction::apply(x, holder);
 }
 
-BlockWrapFn activation_checkpoint_wrapper(const std::string& mode, int64_t every) {
-  TITAN_CONFIG_CHECK(mode == "full" || mode == "selective", "activation_checkpoint.mode '", mode,
-                     "' has no wrapper: expected full or selective");
+BlockWrapFn activation_checkpoint_wrapper(int64_t every) {
   TITAN_CONFIG_CHECK(every >= 1, "activation_checkpoint.selective_every must be >= 1, got ", every);
-  const int64_t n = mode == "full" ? 1 : every;
+  const int64_t n = every;
   return [n](int64_t layer, const torch::Tensor& x, const ForwardFn& inner) {
     if ((layer + 1) % n != 0 || !torch::GradMode::is_enabled()) return inner(x);
     return checkpoint(inner, x);

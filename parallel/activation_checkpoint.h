@@ -9,9 +9,9 @@
 
 namespace titan {
 
-// mode "full": every block; "selective": every `every`-th block (layers every-1, 2*every-1,
-// ...), trading part of the memory saving for less recompute; "none": no wrapper needed.
-BlockWrapFn activation_checkpoint_wrapper(const std::string& mode, int64_t every);
+// Recomputes every `every`-th block (layers every-1, 2*every-1, ...): 1 is full activation
+// checkpointing; larger values (selective) trade part of the memory saving for less recompute.
+BlockWrapFn activation_checkpoint_wrapper(int64_t every);
 
 // Runs fn(x) without keeping its intermediate activations; backward recomputes them.
 torch::Tensor checkpoint(const ForwardFn& fn, const torch::Tensor& x);

@@ -1,8 +1,11 @@
 #include "parallel/fsdp.h"
 
+#include <algorithm>
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/strides.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include "common/error.h"
 
@@ -118,20 +121,37 @@ class FsdpUnit {
   // Called by UnshardFunction::backward with the gradient of parameter i; once every
   // parameter of the unit has one, the unit's reduction is issued.
   void add_grad(size_t i, const torch::Tensor& grad) {
+    if (on_grad) on_grad();
     if (pending_grads_.empty()) pending_grads_.resize(params_.size());
     auto& p = params_[i];
     auto flat = torch::zeros({p.shard_len * shard_group_.size()}, grad.options().dtype(opts_.reduce_dtype));
     flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
     pending_grads_[i] = flat;
-    if (++grads_seen_ == params_.size()) {
-      issue_reduce();
-      if (on_reduce_issued) on_reduce_issued(this);
-    }
+    if (++grads_seen_ == params_.size() && issue_reduce() && on_reduce_issued) on_reduce_issued(this);
   }
 
-  // Reduce-scatter over the shard group; the replicate all-reduce follows in complete().
-  void issue_reduce() {
-    if (grads_seen_ == 0) return;
+  // Reduce-scatter over the shard group (the replicate all-reduce follows in complete()),
+  // or, while gradient sync is off, adds the gradients to the unsynced sums instead.
+  // Returns whether a reduction was issued.
+  bool issue_reduce() {
+    if (grads_seen_ == 0 && unsynced_.empty()) return false;
+    pending_grads_.resize(params_.size());
+    if (!*sync_) {
+      unsynced_.resize(params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) {
+        auto& g = pending_grads_[i];
+        if (!g.defined()) continue;
+        unsynced_[i] = unsynced_[i].defined() ? unsynced_[i].add_(g) : g;
+      }
+      pending_grads_.clear();
+      grads_seen_ = 0;
+      return false;
+    }
+    for (size_t i = 0; i < unsynced_.size(); ++i) {  // earlier micro-batches first, as accumulated
+      auto& g = pending_grads_[i];
+      if (unsynced_[i].defined()) g = g.defined() ? unsynced_[i].add_(g) : unsynced_[i];
+    }
+    unsynced_.clear();
     std::vector<torch::Tensor> outs, ins;
     reduce_index_.clear();
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -144,6 +164,7 @@ class FsdpUnit {
     reduce_work_ = shard_group_.reduce_scatter(outs, ins, ReduceOp::kSum);
     pending_grads_.clear();
     grads_seen_ = 0;
+    return true;
   }
 
   // After the reduce-scatter: all-reduce across replicas (HSDP / DDP), then accumulate.
@@ -175,8 +196,11 @@ class FsdpUnit {
   bool reducing() const { return reduce_work_ != nullptr; }
   bool replicating() const { return replicate_work_ != nullptr; }
 
-  // Set by Fsdp: called when this unit's reduce-scatter is issued during backward.
+  // Set by Fsdp: called when this unit's reduce-scatter is issued during backward, and
+  // when a gradient arrives (so that the end of backward is hooked); sync_ is Fsdp's flag.
   std::function<void(FsdpUnit*)> on_reduce_issued;
+  std::function<void()> on_grad;
+  const bool* sync_ = nullptr;
 
  private:
   std::string name_;
@@ -187,6 +211,7 @@ class FsdpUnit {
   std::vector<ShardedParam> params_;
   WorkPtr gather_work_;
   std::vector<torch::Tensor> pending_grads_;
+  std::vector<torch::Tensor> unsynced_;  // full gradients summed while sync is off
   size_t grads_seen_ = 0;
   std::vector<size_t> reduce_index_;
   std::vector<torch::Tensor> reduce_outs_;
@@ -248,19 +273,33 @@ void FsdpUnit::install() {
 }
 
 Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate_group,
-           const FsdpOptions& options, std::vector<NamedModule> root,
-           std::vector<std::vector<NamedModule>> blocks)
+           const FsdpOptions& options, std::vector<NamedModule> embedding,
+           std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head)
     : shard_group_(std::move(shard_group)), replicate_group_(std::move(replicate_group)), options_(options) {
-  const std::string& r = options_.reshard_after_forward;
-  TITAN_CONFIG_CHECK(r == "default" || r == "always" || r == "never",
-                     "parallelism.fsdp_reshard_after_forward must be default, always or never, got ", r);
-  const bool root_reshard = r == "always";
-  const bool block_reshard = r != "never";
-  units_.push_back(std::make_unique<FsdpUnit>("root", std::move(root), *shard_group_,
-                                              *replicate_group_, options_, root_reshard));
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i), std::move(blocks[i]),
-                                                *shard_group_, *replicate_group_, options_, block_reshard));
+  // The head's backward comes first, so by default it keeps its gathered parameters; so
+  // does a tied head, which the embedding lookup at the start of forward needs too.
+  const FsdpOptions::Reshard r = options_.reshard_after_forward;
+  const bool head_reshard = r == FsdpOptions::Reshard::kAlways;
+  const bool other_reshard = r != FsdpOptions::Reshard::kNever;
+  tied_ = embedding.empty();
+  auto add = [&](const std::string& name, std::vector<NamedModule> modules, bool reshard) {
+    units_.push_back(std::make_unique<FsdpUnit>(name, std::move(modules), *shard_group_, *replicate_group_,
+                                                options_, reshard));
+  };
+  if (tied_) {
+    add("head", std::move(head), head_reshard);
+  } else {
+    add("tok_embeddings", std::move(embedding), other_reshard);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) add("layers." + std::to_string(i), std::move(blocks[i]), other_reshard);
+  if (!tied_) add("head", std::move(head), head_reshard);
+  for (auto& u : units_) {
+    u->sync_ = &sync_;
+    u->on_grad = [this] {
+      if (finish_queued_) return;
+      finish_queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+    };
   }
   // HSDP / DDP in fused mode: once a block's reduce-scatter is issued, the replica
   // all-reduce of blocks whose reduce-scatter went out earlier starts, so it overlaps the
@@ -284,15 +323,37 @@ bool Fsdp::fused() const { return is_fused(shard_group_->options()); }
 
 WrapFn Fsdp::root_wrapper() {
   return [this](const torch::Tensor& tokens, const ForwardFn& inner) {
-    FsdpUnit& root = *units_[0];
-    root.install();
-    if (fused() && units_.size() > 1) units_[1]->issue_gather();
+    if (tied_) {
+      units_[0]->install();
+      if (fused() && units_.size() > 1) units_[1]->issue_gather();
+    }
     auto out = inner(tokens);
-    if (root.reshard_after_forward()) {
-      root.reshard();
-      out = PreBackwardFunction::apply(out, reinterpret_cast<int64_t>(&root), 0);
+    FsdpUnit& head = head_unit();
+    if (head.reshard_after_forward()) {
+      head.reshard();
+      out = PreBackwardFunction::apply(out, reinterpret_cast<int64_t>(&head), 0);
     }
     return out;
+  };
+}
+
+WrapFn Fsdp::embedding_wrapper() {
+  return [this](const torch::Tensor& ids, const ForwardFn& inner) {
+    FsdpUnit& embedding = *units_[0];
+    embedding.install();
+    if (fused() && units_.size() > 1) units_[1]->issue_gather();
+    auto out = inner(ids);
+    // A row lookup's gradient is a scatter into zeros: backward never reads the weight, so
+    // the gathered table can go now and is not gathered again.
+    if (embedding.reshard_after_forward()) embedding.reshard();
+    return out;
+  };
+}
+
+WrapFn Fsdp::head_wrapper() {
+  return [this](const torch::Tensor& x, const ForwardFn& inner) {
+    units_.back()->install();  // prefetched by the last block in fused mode
+    return inner(x);
   };
 }
 
@@ -313,6 +374,7 @@ BlockWrapFn Fsdp::block_wrapper() {
 }
 
 void Fsdp::finish_backward() {
+  finish_queued_ = false;
   // Units whose gradients arrived only in part (unused parameters) reduce what they have.
   for (auto& u : units_) {
     if (!u->reducing()) u->issue_reduce();
@@ -321,12 +383,20 @@ void Fsdp::finish_backward() {
   for (auto& u : units_) u->reshard();
 }
 
-int64_t Fsdp::shard_bytes() const {
-  int64_t b = 0;
+FsdpShard Fsdp::shard_of(const torch::Tensor& param) const {
+  const int64_t rank = shard_group_->rank();
   for (auto& u : units_) {
-    for (auto& p : u->params()) b += p.shard.nbytes();
+    for (auto& p : u->params()) {
+      if (!p.shard.is_same(param)) continue;
+      FsdpShard s;
+      s.full_shape = p.full_shape;
+      s.shard_len = p.shard_len;
+      s.offset = rank * p.shard_len;
+      s.length = std::clamp<int64_t>(p.numel - s.offset, 0, p.shard_len);
+      return s;
+    }
   }
-  return b;
+  TITAN_FAIL("fsdp: the tensor asked for is not a parameter sharded by this plan");
 }
 
 torch::Tensor gather_full_parameter(Communicator& group, const torch::Tensor& shard,

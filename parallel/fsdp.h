@@ -3,11 +3,13 @@
 //
 // Each parameter is flattened, padded to a multiple of the shard group size and split on
 // dim 0; the registered parameter becomes this rank's 1-D shard (what the optimizer sees).
-// A unit (one transformer block, or the root: embeddings, final norm, output) all-gathers
-// its shards before its forward and points each module's `weight` member at the gathered
-// tensor through an autograd function whose backward reduce-scatters the gradient. The
-// reduced shard gradient is summed over the replicate group (HSDP / DDP) and accumulated
-// into the shard's .grad by finish_backward().
+// Units, as TorchTitan wraps them: the token embedding, each transformer block, and the head
+// (final norm + output); with tied embeddings the embedding joins the head, which is then
+// gathered for the whole forward. A unit all-gathers its shards before its forward and
+// points each module's `weight` member at the gathered tensor through an autograd function
+// whose backward reduce-scatters the gradient. The reduced shard gradient is summed over the
+// replicate group (HSDP / DDP) and accumulated into the shard's .grad at the end of backward
+// (an autograd engine final callback, so the train loop calls nothing).
 //
 // Gradients are summed, not averaged, over data-parallel ranks: the trainer normalizes each
 // rank's loss by the tokens of the whole global batch, so the sum is the global mean.
@@ -25,10 +27,11 @@
 namespace titan {
 
 struct FsdpOptions {
-  // "default": blocks free their gathered parameters after forward and gather them again
-  // for backward, the root keeps them (its backward comes first); "always": every unit
-  // frees; "never": no unit frees before the end of backward.
-  std::string reshard_after_forward = "default";
+  // kDefault: blocks free their gathered parameters after forward and gather them again
+  // for backward, the root keeps them (its backward comes first); kAlways: every unit
+  // frees; kNever: no unit frees before the end of backward.
+  enum class Reshard { kDefault, kAlways, kNever };
+  Reshard reshard_after_forward = Reshard::kDefault;
   torch::ScalarType param_dtype = torch::kFloat32;   // all-gather and compute dtype
   torch::ScalarType reduce_dtype = torch::kFloat32;  // gradient reduction dtype
 };
@@ -40,34 +43,56 @@ struct NamedModule {
 
 class FsdpUnit;
 
+// Where a parameter's shard lies: elements [offset, offset + length) of its full (TP-local)
+// value flattened row-major; the shard itself holds shard_len elements, the tail past
+// `length` being padding (the full value is padded to shard_len x group size).
+struct FsdpShard {
+  std::vector<int64_t> full_shape;
+  int64_t offset = 0, length = 0, shard_len = 0;
+};
+
 class Fsdp {
  public:
   // shard_group: the dp_shard (x cp) communicator; replicate_group: dp_replicate (size 1:
-  // plain FSDP; shard size 1 and replicate > 1: DDP). Units are given root first, then
-  // blocks in forward order. Shards the parameters in place.
+  // plain FSDP; shard size 1 and replicate > 1: DDP). Units: the embedding, the blocks in
+  // forward order, the head; an empty `embedding` means tied weights (the embedding module
+  // is then listed in `head`). Shards the parameters in place.
   Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate_group,
-       const FsdpOptions& options, std::vector<NamedModule> root,
-       std::vector<std::vector<NamedModule>> blocks);
+       const FsdpOptions& options, std::vector<NamedModule> embedding,
+       std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head);
   ~Fsdp();
 
   // Hooks to install on the model: the root wrapper around the whole forward, the block
-  // wrapper around each block (layer i -> unit i).
+  // wrapper around each block (layer i -> block unit i), and (untied only) the wrappers of
+  // the embedding module and of the final norm, where the embedding and head units gather.
   WrapFn root_wrapper();
   BlockWrapFn block_wrapper();
+  WrapFn embedding_wrapper();
+  WrapFn head_wrapper();
+  bool tied() const { return tied_; }
+
+  // FSDP2's set_requires_gradient_sync: false keeps gradients unsharded and accumulating
+  // locally (no reduce-scatter) until a backward runs with it true again, so gradient
+  // accumulation reduces once per step instead of once per micro-batch.
+  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
 
   // Waits for every outstanding gradient reduction and accumulates the shards' .grad;
-  // frees gathered parameters still held. Call after each backward.
+  // frees gathered parameters still held. Runs by itself at the end of each backward.
   void finish_backward();
 
-  // Bytes of this rank's parameter shards (padding included).
-  int64_t shard_bytes() const;
+  // The shard of a parameter this plan manages (by identity); throws for any other tensor.
+  FsdpShard shard_of(const torch::Tensor& param) const;
   const FsdpOptions& options() const { return options_; }
   bool fused() const;
 
  private:
   std::shared_ptr<Communicator> shard_group_, replicate_group_;
   FsdpOptions options_;
-  std::vector<std::unique_ptr<FsdpUnit>> units_;  // [0] root, [1 + i] block i
+  std::vector<std::unique_ptr<FsdpUnit>> units_;  // [0] embedding (tied: head), [1 + i] block i, [last] head
+  bool tied_ = false;
+  bool sync_ = true;
+  bool finish_queued_ = false;
+  FsdpUnit& head_unit() { return tied_ ? *units_.front() : *units_.back(); }
 };
 
 // The full (unpadded) value of a sharded parameter, gathered over the shard group; used by

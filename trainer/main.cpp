@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/step/trainer.h"
 #include "trainer/train.h"
 
 namespace {
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   }
   try {
     titan::JobConfig cfg = titan::load_job_config(args);
-    if (cfg.job.print_config) std::cout << titan::config_to_toml(cfg) << std::endl;
+    if (cfg.job.print_config) std::cout << titan::config_to_toml(titan::with_resolved_model(cfg)) << std::endl;
     if (cfg.simulation.enable) {
       titan::run_simulation(cfg);  // the same step on simulated hardware (trainer/simulate.h)
     } else {

@@ -22,7 +22,7 @@ TrainResult train(const JobConfig& cfg) {
     std::printf("titan: %s %s (%.2fM params), world %d: %s, %s collectives over %s\n"
                 "titan: memory per rank: parameters %.2f MiB, gradients %.2f MiB, optimizer %.2f MiB\n",
                 args.name.c_str(), args.flavor.c_str(), args.num_params() / 1e6, world,
-                trainer.dims().to_string().c_str(), cfg.comm.collective_mode.c_str(), cfg.comm.backend.c_str(),
+                trainer.dims().to_string().c_str(), to_string(cfg.comm.collective_mode).c_str(), to_string(cfg.comm.backend).c_str(),
                 trainer.param_bytes() / 1048576.0, trainer.param_bytes() / 1048576.0,
                 trainer.optimizer().state_bytes() / 1048576.0);
   }

@@ -39,6 +39,25 @@ add_test(NAME parallel_loss_parity_reshard_and_ac
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_reshard_and_ac PROPERTIES TIMEOUT 600 PROCESSORS 2)
 
+# FSDP units as TorchTitan wraps them (embedding, blocks, head), with tied weights (the
+# embedding joins the head unit) and with gradient sync on every micro-batch instead of
+# deferred to the last one (global batch 8 over 2 ranks of 2: two micro-batches).
+add_test(NAME parallel_loss_parity_fsdp_units
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.tie_embeddings=true
+                 fsdp2_tied:2:--parallelism.data_parallel_shard_degree=2
+                 fsdp2_tied_reshard_always:2:--parallelism.fsdp_reshard_after_forward=always
+                 fsdp2_tied_sync_every_microbatch:2:--parallelism.fsdp_defer_gradient_sync=false
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_fsdp_units PROPERTIES TIMEOUT 600 PROCESSORS 2)
+add_test(NAME parallel_loss_parity_fsdp_sync_every_microbatch
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} --
+                 fsdp2_sync_every_microbatch:2:--parallelism.fsdp_defer_gradient_sync=false
+                 hsdp2x2_deferred:4:--parallelism.data_parallel_replicate_degree=2,--parallelism.data_parallel_shard_degree=2,--training.local_batch_size=1
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_fsdp_sync_every_microbatch PROPERTIES TIMEOUT 600 PROCESSORS 4)
+
 # Tensor parallel (with and without sequence / loss parallel) and its 2D / 3D compositions.
 # The vocabulary (257 byte-level ids) is padded to 258 in every run so that it divides over tp.
 set(_tp2 --parallelism.tensor_parallel_degree=2)

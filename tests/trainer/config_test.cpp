@@ -29,7 +29,7 @@ TEST(Config, DefaultsFileAndCommandLinePrecedence) {
   EXPECT_EQ(cfg.training.seq_len, 64);
   EXPECT_EQ(cfg.training.steps, 7);
   apply_override(cfg, "comm.collective_mode", "separate");
-  EXPECT_EQ(cfg.comm.collective_mode, "separate");
+  EXPECT_EQ(to_string(cfg.comm.collective_mode), "separate");
   apply_override(cfg, "optimizer.lr", "1e-3");
   EXPECT_DOUBLE_EQ(cfg.optimizer.lr, 1e-3);
   apply_override(cfg, "checkpoint.enable", "true");
@@ -66,6 +66,31 @@ TEST(Config, HelpListsEveryKeyWithDefault) {
   EXPECT_NE(help.find("--training.seq_len = 2048"), std::string::npos);
   EXPECT_NE(help.find("--comm.collective_mode = \"fused\""), std::string::npos);
   EXPECT_NE(help.find("--simulation.num_chips = 8192"), std::string::npos);
+}
+
+TEST(Config, HelpShowsRangesAndChoices) {
+  std::string help = config_help();
+  EXPECT_EQ(help.find("in [0, 0]"), std::string::npos) << "a non-number printed a range";
+  EXPECT_NE(help.find("--comm.collective_mode = \"fused\"   (one of fused | separate)"), std::string::npos);
+  EXPECT_NE(help.find("--training.seq_len = 2048   (an integer >= 1)"), std::string::npos);
+  EXPECT_NE(help.find("--optimizer.beta1 = 0.90000000000000002   (a number in [0, 0.999999])"), std::string::npos);
+  EXPECT_NE(help.find("--checkpoint.enable = false   (a boolean (true or false))"), std::string::npos);
+}
+
+TEST(Config, ChoicesLoadAsEnums) {
+  JobConfig cfg;
+  apply_toml(cfg, "[simulation]\nexecution = \"compiled\"\n[training]\nmixed_precision_param = \"bfloat16\"\n", "t.toml");
+  EXPECT_EQ(cfg.simulation.execution, Execution::kCompiled);
+  EXPECT_EQ(cfg.training.mixed_precision_param, Dtype::kBFloat16);
+  apply_override(cfg, "parallelism.fsdp_reshard_after_forward", "never");
+  EXPECT_EQ(cfg.parallelism.fsdp_reshard_after_forward, ReshardPolicy::kNever);
+}
+
+TEST(Config, DatasetKeyDecidesWhatIsRead) {
+  EXPECT_NE(config_error("[training]\ndataset = \"text\"\n", {}).find("needs training.dataset_path"), std::string::npos);
+  EXPECT_NE(config_error("[training]\ndataset_path = \"/tmp/x.txt\"\n", {}).find("reads the shipped corpus"),
+            std::string::npos);
+  EXPECT_EQ(config_error("[training]\ndataset = \"text\"\ndataset_path = \"/tmp/x.txt\"\n", {}), "no error");
 }
 
 struct BadInput {

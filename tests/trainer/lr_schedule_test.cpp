@@ -11,7 +11,7 @@ namespace {
 TEST(LrSchedule, WarmupThenLinearDecayToMin) {
   LrSchedulerSection s;
   s.warmup_steps = 4;
-  s.decay_type = "linear";
+  s.decay_type = DecayType::kLinear;
   s.min_lr_factor = 0.1;
   // 14 steps: 4 warmup, 10 decay.
   EXPECT_DOUBLE_EQ(lr_factor(s, 14, 0), 0.25);
@@ -25,7 +25,7 @@ TEST(LrSchedule, DecayRatioKeepsAStablePhase) {
   LrSchedulerSection s;
   s.warmup_steps = 2;
   s.decay_ratio = 0.5;
-  s.decay_type = "cosine";
+  s.decay_type = DecayType::kCosine;
   s.min_lr_factor = 0.0;
   // 20 steps: warmup 2, stable until step 10, cosine over the last 10.
   EXPECT_DOUBLE_EQ(lr_factor(s, 20, 5), 1.0);
@@ -36,7 +36,7 @@ TEST(LrSchedule, DecayRatioKeepsAStablePhase) {
 TEST(LrSchedule, SqrtDecay) {
   LrSchedulerSection s;
   s.warmup_steps = 0;
-  s.decay_type = "sqrt";
+  s.decay_type = DecayType::kSqrt;
   s.min_lr_factor = 0.0;
   EXPECT_DOUBLE_EQ(lr_factor(s, 100, 0), 1.0);
   EXPECT_NEAR(lr_factor(s, 100, 25), 1.0 - std::sqrt(0.25), 1e-12);

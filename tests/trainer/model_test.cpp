@@ -146,10 +146,10 @@ TEST(Model, UnknownFlavorListsValidOnes) {
 
 TEST(Model, ExplicitDimsOverrideFlavor) {
   ModelSection m;
-  m.name = "llama3";
+  m.name = ModelFamily::kLlama3;
   m.flavor = "8B";
   m.n_layers = 2;
-  m.tie_embeddings = "true";
+  m.tie_embeddings = FlavorBool::kTrue;
   ModelArgs a = resolve_model_args(m, 257);
   EXPECT_EQ(a.n_layers, 2);
   EXPECT_EQ(a.dim, 4096);

@@ -40,10 +40,25 @@ TEST(Simulate, TraceHoldsLeafMatmulsAttentionAndFsdpCollectives) {
     reduce_scatters += c.op == "reduce_scatter";
     EXPECT_TRUE(c.group == "fsdp" || c.group == "dp") << c.group;
   }
-  // Root + 4 blocks gathered for forward, blocks gathered again for backward; one gradient
-  // reduce-scatter per unit.
-  EXPECT_EQ(all_gathers, 1 + 4 + 4);
-  EXPECT_EQ(reduce_scatters, 5);
+  // FSDP units as TorchTitan wraps them: embedding, 4 blocks and head [norm + output]
+  // gathered for forward, the blocks gathered again for backward (the embedding's backward
+  // needs no weights, the head keeps its own); one gradient reduce-scatter per unit.
+  EXPECT_EQ(all_gathers, 1 + 4 + 1 + 4);
+  EXPECT_EQ(reduce_scatters, 6);
+}
+
+TEST(Simulate, GradientAccumulationReducesOnceWhenDeferred) {
+  auto reduce_scatters = [](const RecordedStep& rec) {
+    int n = 0;
+    for (const auto& c : rec.calls) n += c.op == "reduce_scatter";
+    return n;
+  };
+  // 2 micro-batches per step: global batch = 2 x local x 64 data-parallel ranks.
+  const std::vector<std::string> accumulate = {"--training.local_batch_size", "1", "--training.global_batch_size", "128"};
+  std::vector<std::string> eager = accumulate;
+  eager.insert(eager.end(), {"--parallelism.fsdp_defer_gradient_sync", "false"});
+  EXPECT_EQ(reduce_scatters(record_step(sim_config(accumulate))), 6);
+  EXPECT_EQ(reduce_scatters(record_step(sim_config(eager))), 12);
 }
 
 TEST(Simulate, ActivationCheckpointRecomputesAttention) {
@@ -57,7 +72,7 @@ TEST(Simulate, FusedNeverSlowerThanSeparate) {
     for (const std::string ac : {"none", "full"}) {
       JobConfig f = sim_config({"--simulation.device", device, "--activation_checkpoint.mode", ac});
       JobConfig s = f;
-      s.comm.collective_mode = "separate";
+      s.comm.collective_mode = CollectiveMode::kSeparate;
       SimulationResult rf = simulate(f, false), rs = simulate(s, false);
       EXPECT_LE(rf.report.step_time_s, rs.report.step_time_s * (1 + 1e-9)) << device << " ac " << ac;
     }

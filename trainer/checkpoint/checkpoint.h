@@ -1,7 +1,8 @@
-// Checkpointer: saves and restores a Trainer's whole state (model and optimizer shards, step,
-// LR position, data cursor, RNG, config) as HDF5 step folders (checkpoint_io.h,
+// Checkpointer: saves and restores a Trainer's whole state (the stateful parts of
+// training_state.h, plus the config) as HDF5 step folders (checkpoint_io.h,
 // docs/checkpoint_format.md): atomic, checksummed, reshardable, optionally written by a
-// background thread. Used by the train loop (trainer/train.cpp), the tests and the benchmark.
+// background thread. Save here, load in checkpoint_load.cpp. Used by the train loop
+// (trainer/train.cpp), the tests and the benchmark.
 #pragma once
 
 #include <cstdint>
@@ -14,42 +15,15 @@
 #include <torch/torch.h>
 
 #include "common/model_args.h"
+#include "trainer/checkpoint/step_folders.h"
+#include "trainer/checkpoint/training_state.h"
+#include "trainer/step/param_layout.h"
 
 namespace titan {
 
 class Trainer;
 
-// Where this rank's piece of parameter i lies: a box of the global tensor (the tensor-parallel
-// block this rank holds; the whole tensor without TP or when replicated over tp) and a range
-// of that box's row-major flattening (the FSDP shard; the whole box without FSDP).
-struct ParamLayout {
-  std::string name;
-  std::vector<int64_t> global_shape;
-  std::vector<int64_t> box_offset, box_shape;
-  int64_t tp_dim = -1;      // the dim split over tp, -1 when replicated over tp (or tp == 1)
-  int64_t flat_offset = 0;  // FSDP: shard rank x shard_len (padded layout of the box)
-  int64_t length = 0;       // elements of real data in this rank's piece (padding excluded)
-  bool writes = true;       // false on tp ranks > 0 for tensors replicated over tp (one copy on disk)
-};
-// One entry per optimizer parameter, in order.
-std::vector<ParamLayout> param_layout(Trainer& trainer);
-// Whether this rank's tensors go to disk: replicas (dp_replicate > 0) hold copies and skip.
-bool writes_tensors(Trainer& trainer);
-// The full value of parameter i (a collective over the FSDP shard group and the tp group).
-torch::Tensor full_parameter(Trainer& trainer, size_t i, const ParamLayout& layout);
-// Copies this rank's piece (box, then flat range) of the global tensor `full` into parameter i.
-void assign_from_full(Trainer& trainer, size_t i, const ParamLayout& layout, const torch::Tensor& full);
-
 std::string model_args_json(const ModelArgs& args);
-
-// A step folder found under the checkpoint folder.
-struct StepFolder {
-  int64_t step = 0;
-  std::string path;
-  bool complete = false;  // has its COMPLETE marker
-};
-// step-N folders, newest first.
-std::vector<StepFolder> list_step_folders(const std::string& folder);
 
 class Checkpointer {
  public:
@@ -100,11 +74,10 @@ class Checkpointer {
   struct Job;
   struct Staged;
   std::unique_ptr<Staged> stage(const std::string& dir, bool model_only);
-  void commit(Staged& staged);
   bool try_load(const std::string& dir, bool model_only, bool explicit_request);
-  void finalize(const Job& job);
 
   Trainer& trainer_;
+  std::vector<StatefulPart> parts_;
   std::string folder_;
   std::thread writer_;
   std::exception_ptr writer_error_;

@@ -46,9 +46,10 @@ std::vector<T> read_attr_array(hid_t obj, const std::string& name, hid_t type) {
   return out;
 }
 
-}  // namespace
-
+// Silences HDF5's own error printing on this thread (we report errors ourselves).
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+}  // namespace
 
 Handle create_file(const std::string& path) {
   quiet();
@@ -113,10 +114,6 @@ void set_attr(hid_t obj, const std::string& name, int64_t value) {
   write_attr(obj, name, H5T_NATIVE_INT64, &value, -1);
 }
 
-void set_attr(hid_t obj, const std::string& name, double value) {
-  write_attr(obj, name, H5T_NATIVE_DOUBLE, &value, -1);
-}
-
 void set_attr(hid_t obj, const std::string& name, const std::vector<int64_t>& values) {
   write_attr(obj, name, H5T_NATIVE_INT64, values.data(), static_cast<int64_t>(values.size()));
 }
@@ -144,12 +141,6 @@ std::string attr_string(hid_t obj, const std::string& name) {
 
 int64_t attr_int(hid_t obj, const std::string& name) {
   auto v = read_attr_array<int64_t>(obj, name, H5T_NATIVE_INT64);
-  TITAN_CHECK(v.size() == 1, "hdf5: attribute ", name, " is not a scalar");
-  return v[0];
-}
-
-double attr_double(hid_t obj, const std::string& name) {
-  auto v = read_attr_array<double>(obj, name, H5T_NATIVE_DOUBLE);
   TITAN_CHECK(v.size() == 1, "hdf5: attribute ", name, " is not a scalar");
   return v[0];
 }

@@ -40,9 +40,6 @@ class Handle {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-// Silences HDF5's own error printing on this thread (we report errors ourselves).
-void quiet();
-
 Handle create_file(const std::string& path);  // truncates
 Handle open_file_readonly(const std::string& path);
 // Closes the file, flushing HDF5's buffers; throws if the close fails.
@@ -56,13 +53,11 @@ std::vector<std::string> children(hid_t group);  // link names, in name order
 // Attributes (scalar or 1-D) on any object.
 void set_attr(hid_t obj, const std::string& name, const std::string& value);
 void set_attr(hid_t obj, const std::string& name, int64_t value);
-void set_attr(hid_t obj, const std::string& name, double value);
 void set_attr(hid_t obj, const std::string& name, const std::vector<int64_t>& values);
 void set_attr(hid_t obj, const std::string& name, const std::vector<uint32_t>& values);
 bool has_attr(hid_t obj, const std::string& name);
 std::string attr_string(hid_t obj, const std::string& name);
 int64_t attr_int(hid_t obj, const std::string& name);
-double attr_double(hid_t obj, const std::string& name);
 std::vector<int64_t> attr_ints(hid_t obj, const std::string& name);
 std::vector<uint32_t> attr_u32s(hid_t obj, const std::string& name);
 

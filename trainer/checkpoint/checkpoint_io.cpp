@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "trainer/checkpoint/box_runs.h"
 #include "trainer/checkpoint/checkpoint_hdf5.h"
 
 namespace titan {
@@ -83,9 +84,12 @@ void write_meta(hid_t file, const CheckpointMeta& m) {
   h5::set_attr(file, "mesh_shape", m.mesh_shape);
   h5::set_attr(file, "model_args", m.model_args_json);
   h5::set_attr(file, "config_toml", m.config_toml);
-  h5::set_attr(file, "optimizer_step", m.optimizer_step);
-  h5::set_attr(file, "lr_scheduler_step", m.lr_scheduler_step);
-  h5::set_attr(file, "data_consumed_sequences", m.data_consumed_sequences);
+  std::vector<std::string> keys;
+  for (auto& [k, v] : m.state) {
+    h5::set_attr(file, k, v);
+    keys.push_back(k);
+  }
+  h5::set_attr(file, "state_keys", join(keys));
   h5::set_attr(file, "global_batch", m.global_batch);
   h5::set_attr(file, "seq_len", m.seq_len);
 }
@@ -105,9 +109,12 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   m.mesh_shape = h5::attr_ints(file, "mesh_shape");
   m.model_args_json = h5::attr_string(file, "model_args");
   m.config_toml = h5::attr_string(file, "config_toml");
-  m.optimizer_step = h5::attr_int(file, "optimizer_step");
-  m.lr_scheduler_step = h5::attr_int(file, "lr_scheduler_step");
-  m.data_consumed_sequences = h5::attr_int(file, "data_consumed_sequences");
+  // Files written before state_keys existed hold these three.
+  const std::vector<std::string> keys =
+      h5::has_attr(file, "state_keys") ? split(h5::attr_string(file, "state_keys"))
+                                       : std::vector<std::string>{"optimizer_step", "lr_scheduler_step",
+                                                                  "data_consumed_sequences"};
+  for (auto& k : keys) m.state[k] = h5::attr_int(file, k);
   m.global_batch = h5::attr_int(file, "global_batch");
   m.seq_len = h5::attr_int(file, "seq_len");
   return m;
@@ -126,52 +133,6 @@ h5::Handle ensure_group(hid_t file, const std::string& path) {
     start = end + 1;
   }
   return g;
-}
-
-// A box (offset, shape per dim) of a global tensor and a flat range of its row-major
-// flattening: valid when inside the tensor. Throws (damage) otherwise.
-void check_box(const std::vector<int64_t>& global, const std::vector<int64_t>& off, const std::vector<int64_t>& shape,
-               int64_t flat, int64_t n, const std::string& where) {
-  TITAN_CHECK(off.size() == global.size() && shape.size() == global.size(), where, ": box rank differs from the tensor's");
-  int64_t numel = 1;
-  for (size_t d = 0; d < global.size(); ++d) {
-    TITAN_CHECK(off[d] >= 0 && shape[d] >= 0 && off[d] + shape[d] <= global[d], where, ": box outside the tensor");
-    numel *= shape[d];
-  }
-  TITAN_CHECK(flat >= 0 && n >= 0 && flat + n <= numel, where, ": flat range [", flat, ", ", flat + n,
-              ") outside its box of ", numel, " elements");
-}
-
-// A stretch of `len` elements contiguous in the global flat tensor (from `global`) and in a
-// box-flat range (from `local`, relative to the range's start).
-struct Run {
-  int64_t global, local, len;
-};
-
-// Elements [flat, flat + n) of the flattened box as contiguous global runs, in increasing
-// global order. Dims after the last split dim k are whole, so a box row of shape[k] * (inner
-// elements) is contiguous globally; the whole tensor is one run.
-std::vector<Run> box_runs(const std::vector<int64_t>& global, const std::vector<int64_t>& off,
-                          const std::vector<int64_t>& shape, int64_t flat, int64_t n) {
-  const int64_t nd = static_cast<int64_t>(global.size());
-  int64_t k = nd - 1;
-  while (k >= 0 && off[k] == 0 && shape[k] == global[k]) --k;
-  if (k < 0) return {{flat, 0, n}};
-  std::vector<int64_t> stride(nd, 1);
-  for (int64_t d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * global[d + 1];
-  const int64_t row = shape[k] * stride[k];
-  std::vector<Run> out;
-  for (int64_t i = flat; i < flat + n;) {
-    int64_t q = i / row, g = off[k] * stride[k] + i % row;
-    for (int64_t d = k - 1; d >= 0; --d) {
-      g += (q % shape[d] + off[d]) * stride[d];
-      q /= shape[d];
-    }
-    const int64_t len = std::min(row - i % row, flat + n - i);
-    out.push_back({g, i - flat, len});
-    i += len;
-  }
-  return out;
 }
 
 }  // namespace

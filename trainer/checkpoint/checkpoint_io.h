@@ -39,9 +39,9 @@ struct CheckpointMeta {
   std::vector<int64_t> mesh_shape;
   std::string model_args_json;  // ModelArgs dims; a checkpoint of another model is refused
   std::string config_toml;      // the whole JobConfig that produced it
-  int64_t optimizer_step = 0;   // AdamW's step count (bias correction)
-  int64_t lr_scheduler_step = 0;
-  int64_t data_consumed_sequences = 0;  // the global data cursor (any dp size)
+  // Scalar training state by name (optimizer_step, lr_scheduler_step,
+  // data_consumed_sequences, ...): what the stateful parts of training_state.h record.
+  std::map<std::string, int64_t> state;
   int64_t global_batch = 0, seq_len = 0;
 };
 

@@ -55,9 +55,9 @@ double lr_factor(const LrSchedulerSection& cfg, int64_t total_steps, int64_t ste
   if (step < decay_start) return 1.0;
   const double progress = std::min(1.0, double(step - decay_start) / double(decay));
   double shape = 1.0 - progress;
-  if (cfg.decay_type == "sqrt") {
+  if (cfg.decay_type == DecayType::kSqrt) {
     shape = 1.0 - std::sqrt(progress);
-  } else if (cfg.decay_type == "cosine") {
+  } else if (cfg.decay_type == DecayType::kCosine) {
     shape = 0.5 * (1.0 + std::cos(M_PI * progress));
   }
   return cfg.min_lr_factor + (1.0 - cfg.min_lr_factor) * shape;

@@ -9,178 +9,10 @@
 #include <toml++/toml.h>
 
 #include "common/error.h"
+#include "trainer/config/config_keys.h"
 
 namespace titan {
 namespace {
-
-enum class KeyType { kBool, kInt, kFloat, kString, kStringList };
-
-// One entry of the key registry: the single place that knows each key's type and limits.
-struct KeySpec {
-  std::string section;
-  std::string key;
-  KeyType type;
-  void* field;
-  std::vector<std::string> choices;  // strings: allowed values (empty: any)
-  double min = -std::numeric_limits<double>::infinity();
-  double max = std::numeric_limits<double>::infinity();
-  std::string help;
-  std::string full() const { return section + "." + key; }
-};
-
-struct Registry {
-  std::vector<KeySpec> keys;
-  void add(const std::string& s, const std::string& k, bool* f, const std::string& help) {
-    keys.push_back({s, k, KeyType::kBool, f, {}, 0, 0, help});
-  }
-  void add(const std::string& s, const std::string& k, int64_t* f, double lo, double hi,
-           const std::string& help) {
-    keys.push_back({s, k, KeyType::kInt, f, {}, lo, hi, help});
-  }
-  void add(const std::string& s, const std::string& k, double* f, double lo, double hi,
-           const std::string& help) {
-    keys.push_back({s, k, KeyType::kFloat, f, {}, lo, hi, help});
-  }
-  void add(const std::string& s, const std::string& k, std::string* f,
-           std::vector<std::string> choices, const std::string& help) {
-    keys.push_back({s, k, KeyType::kString, f, std::move(choices), 0, 0, help});
-  }
-  void add(const std::string& s, const std::string& k, std::vector<std::string>* f,
-           const std::string& help) {
-    keys.push_back({s, k, KeyType::kStringList, f, {}, 0, 0, help});
-  }
-};
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-const std::vector<std::string> kDtypes = {"float32", "bfloat16", "float16"};
-const std::vector<std::string> kTriState = {"flavor", "true", "false"};
-
-Registry make_registry(JobConfig& c) {
-  Registry r;
-  r.add("job", "dump_folder", &c.job.dump_folder, {}, "folder for metrics, traces, checkpoints");
-  r.add("job", "description", &c.job.description, {}, "free text");
-  r.add("job", "print_config", &c.job.print_config, "print the resolved config at start");
-
-  r.add("model", "name", &c.model.name, {"qwen3", "llama3"}, "model family");
-  r.add("model", "flavor", &c.model.flavor, {}, "published size, e.g. debugmodel, 0.6B, 8B");
-  r.add("model", "tokenizer_path", &c.model.tokenizer_path, {},
-        "\"\" or \"byte\": byte-level; else a Hugging Face tokenizer.json");
-  r.add("model", "dim", &c.model.dim, 0, kInf, "hidden size (0: flavor's)");
-  r.add("model", "n_layers", &c.model.n_layers, 0, kInf, "layers (0: flavor's)");
-  r.add("model", "n_heads", &c.model.n_heads, 0, kInf, "query heads (0: flavor's)");
-  r.add("model", "n_kv_heads", &c.model.n_kv_heads, 0, kInf, "key/value heads (0: flavor's)");
-  r.add("model", "head_dim", &c.model.head_dim, 0, kInf, "per-head dim (0: flavor's)");
-  r.add("model", "ffn_dim", &c.model.ffn_dim, 0, kInf, "MLP intermediate size (0: flavor's)");
-  r.add("model", "vocab_size", &c.model.vocab_size, 0, kInf,
-        "vocabulary (0: flavor's, or the tokenizer's for debugmodel)");
-  r.add("model", "tie_embeddings", &c.model.tie_embeddings, kTriState,
-        "share input embedding and output projection");
-  r.add("model", "rope_theta", &c.model.rope_theta, 0, kInf, "RoPE base (0: flavor's)");
-  r.add("model", "norm_eps", &c.model.norm_eps, 0, 1, "RMSNorm epsilon (0: flavor's)");
-  r.add("model", "qk_norm", &c.model.qk_norm, kTriState, "RMSNorm on q and k per head");
-
-  r.add("optimizer", "name", &c.optimizer.name, {"AdamW"}, "optimizer");
-  r.add("optimizer", "lr", &c.optimizer.lr, 0, kInf, "peak learning rate");
-  r.add("optimizer", "beta1", &c.optimizer.beta1, 0, 0.999999, "AdamW beta1");
-  r.add("optimizer", "beta2", &c.optimizer.beta2, 0, 0.999999, "AdamW beta2");
-  r.add("optimizer", "eps", &c.optimizer.eps, 0, 1, "AdamW epsilon");
-  r.add("optimizer", "weight_decay", &c.optimizer.weight_decay, 0, kInf, "decoupled weight decay");
-
-  r.add("lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps, 0, kInf,
-        "linear warmup steps");
-  r.add("lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio, -1, 1,
-        "fraction of steps spent decaying at the end (-1: all steps after warmup)");
-  r.add("lr_scheduler", "decay_type", &c.lr_scheduler.decay_type, {"linear", "sqrt", "cosine"},
-        "decay shape");
-  r.add("lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor, 0, 1,
-        "final lr as a fraction of lr");
-
-  r.add("training", "local_batch_size", &c.training.local_batch_size, 1, kInf,
-        "sequences per micro-batch per data-parallel rank");
-  r.add("training", "global_batch_size", &c.training.global_batch_size, -1, kInf,
-        "sequences per step over all ranks (-1: local x data-parallel degree)");
-  r.add("training", "seq_len", &c.training.seq_len, 1, kInf, "tokens per sequence");
-  r.add("training", "max_norm", &c.training.max_norm, 0, kInf,
-        "gradient clipping by global norm (0: off)");
-  r.add("training", "steps", &c.training.steps, 0, kInf, "optimizer steps");
-  r.add("training", "dataset", &c.training.dataset, {"corpus", "text"}, "dataset kind");
-  r.add("training", "dataset_path", &c.training.dataset_path, {},
-        "text file (\"\": the shipped corpus)");
-  r.add("training", "mixed_precision_param", &c.training.mixed_precision_param, kDtypes,
-        "dtype of parameters in compute (all-gather dtype under FSDP)");
-  r.add("training", "mixed_precision_reduce", &c.training.mixed_precision_reduce, kDtypes,
-        "dtype of gradient reduction");
-  r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
-  r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
-  r.add("training", "threads", &c.training.threads, 0, 4096,
-        "intra-op threads per rank (0: cores / ranks on this host)");
-
-  auto& p = c.parallelism;
-  r.add("parallelism", "data_parallel_replicate_degree", &p.data_parallel_replicate_degree, 1,
-        kInf, "DDP / HSDP replicas");
-  r.add("parallelism", "data_parallel_shard_degree", &p.data_parallel_shard_degree, -1, kInf,
-        "FSDP shards (-1: inferred from the world size)");
-  r.add("parallelism", "tensor_parallel_degree", &p.tensor_parallel_degree, 1, kInf, "TP");
-  r.add("parallelism", "pipeline_parallel_degree", &p.pipeline_parallel_degree, 1, kInf, "PP");
-  r.add("parallelism", "context_parallel_degree", &p.context_parallel_degree, 1, kInf, "CP");
-  r.add("parallelism", "fsdp_reshard_after_forward", &p.fsdp_reshard_after_forward,
-        {"default", "always", "never"}, "free gathered parameters after forward");
-  r.add("parallelism", "enable_sequence_parallel", &p.enable_sequence_parallel,
-        "shard norms along the sequence under TP");
-  r.add("parallelism", "disable_loss_parallel", &p.disable_loss_parallel,
-        "gather logits before the loss under TP");
-  r.add("parallelism", "pipeline_parallel_schedule", &p.pipeline_parallel_schedule,
-        {"GPipe", "1F1B", "Interleaved1F1B"}, "pipeline schedule");
-  r.add("parallelism", "pipeline_parallel_microbatch_size", &p.pipeline_parallel_microbatch_size,
-        1, kInf, "sequences per pipeline micro-batch");
-
-  auto& k = c.checkpoint;
-  r.add("checkpoint", "enable", &k.enable, "save checkpoints");
-  r.add("checkpoint", "folder", &k.folder, {}, "under dump_folder");
-  r.add("checkpoint", "interval", &k.interval, 1, kInf, "steps between saves");
-  r.add("checkpoint", "keep_latest_k", &k.keep_latest_k, 0, kInf, "0: keep all");
-  r.add("checkpoint", "load_step", &k.load_step, -1, kInf, "-1: newest complete");
-  r.add("checkpoint", "initial_load_path", &k.initial_load_path, {}, "checkpoint to start from");
-  r.add("checkpoint", "initial_load_model_only", &k.initial_load_model_only,
-        "load only weights from initial_load_path");
-  r.add("checkpoint", "last_save_model_only", &k.last_save_model_only,
-        "final save holds weights only");
-  r.add("checkpoint", "export_dtype", &k.export_dtype, kDtypes, "dtype of a model-only save");
-  r.add("checkpoint", "async_mode", &k.async_mode, {"disabled", "async"}, "background writes");
-  r.add("checkpoint", "create_seed_checkpoint", &k.create_seed_checkpoint,
-        "write step-0 weights and exit");
-  r.add("checkpoint", "exclude_from_loading", &k.exclude_from_loading,
-        "state names not loaded (e.g. [\"optimizer\", \"dataloader\"])");
-
-  r.add("activation_checkpoint", "mode", &c.activation_checkpoint.mode,
-        {"none", "selective", "full"}, "recompute activations in backward");
-  r.add("activation_checkpoint", "selective_every", &c.activation_checkpoint.selective_every, 1,
-        kInf, "selective: every Nth block is recomputed");
-
-  r.add("metrics", "log_freq", &c.metrics.log_freq, 1, kInf, "steps between log lines");
-  r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,
-        "peak FLOP/s per rank for MFU (0: measured)");
-
-  r.add("comm", "backend", &c.comm.backend, {"mpi", "gloo"}, "collective backend");
-  r.add("comm", "collective_mode", &c.comm.collective_mode, {"fused", "separate"},
-        "coalesced async collectives, or one blocking unit per collective");
-  r.add("comm", "bucket_cap_mb", &c.comm.bucket_cap_mb, 0.001, kInf, "fused bucket size");
-  r.add("comm", "init_timeout_seconds", &c.comm.init_timeout_seconds, 1, kInf,
-        "limit for start-up rendezvous");
-  r.add("comm", "train_timeout_seconds", &c.comm.train_timeout_seconds, 1, kInf,
-        "limit for one collective");
-  r.add("comm", "rendezvous_dir", &c.comm.rendezvous_dir, {},
-        "gloo: shared folder where ranks meet (\"\": /tmp/titan-gloo-<job id>)");
-
-  r.add("simulation", "enable", &c.simulation.enable, "run the step on simulated hardware");
-  r.add("simulation", "device", &c.simulation.device, {}, "chip name, e.g. tpu-v7, h100");
-  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, kInf, "simulated chips");
-  r.add("simulation", "topology", &c.simulation.topology, {},
-        "physical topology such as 16x16x32 (\"\": automatic)");
-  r.add("simulation", "execution", &c.simulation.execution, {"eager", "defer_and_fuse", "compiled"},
-        "how ops are dispatched on the device");
-  return r;
-}
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -211,15 +43,18 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return out;
 }
 
-const char* type_name(KeyType t) {
-  switch (t) {
-    case KeyType::kBool: return "a boolean (true or false)";
-    case KeyType::kInt: return "an integer";
-    case KeyType::kFloat: return "a number";
-    case KeyType::kString: return "a string";
-    case KeyType::kStringList: return "a list of strings";
-  }
-  return "?";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string type_name(const KeySpec& s) {
+  struct Visitor {
+    std::string operator()(bool*) const { return "a boolean (true or false)"; }
+    std::string operator()(int64_t*) const { return "an integer"; }
+    std::string operator()(double*) const { return "a number"; }
+    std::string operator()(std::string*) const { return "a string"; }
+    std::string operator()(std::vector<std::string>*) const { return "a list of strings"; }
+    std::string operator()(const EnumField& e) const { return "one of " + join(e.names, " | "); }
+  };
+  return std::visit(Visitor{}, s.field);
 }
 
 void check_section(const Registry& r, const std::string& section, const std::string& where) {
@@ -247,10 +82,11 @@ KeySpec* find_key(Registry& r, const std::string& section, const std::string& ke
                     closest(key, keys_in_section), "'?");
 }
 
+// The type, with the allowed range for numbers and the allowed names for choices.
 std::string format_range(const KeySpec& s) {
   std::ostringstream os;
-  if (s.min == -kInf && s.max == kInf) return type_name(s.type);
-  os << type_name(s.type);
+  os << type_name(s);
+  if (!s.is_number() || (s.min == -kInf && s.max == kInf)) return os.str();
   if (s.min != -kInf && s.max != kInf) {
     os << " in [" << s.min << ", " << s.max << "]";
   } else if (s.min != -kInf) {
@@ -264,14 +100,6 @@ std::string format_range(const KeySpec& s) {
 void check_number(const KeySpec& s, double v, const std::string& shown, const std::string& where) {
   TITAN_CONFIG_CHECK(std::isfinite(v) && v >= s.min && v <= s.max, where, "invalid value ", shown,
                      " for '", s.full(), "': expected ", format_range(s));
-}
-
-void set_string(const KeySpec& s, const std::string& v, const std::string& where) {
-  if (!s.choices.empty() && std::find(s.choices.begin(), s.choices.end(), v) == s.choices.end()) {
-    TITAN_CONFIG_FAIL(where, "invalid value \"", v, "\" for '", s.full(), "': expected one of ",
-                      join(s.choices, ", "));
-  }
-  *static_cast<std::string*>(s.field) = v;
 }
 
 [[noreturn]] void wrong_type(const KeySpec& s, const std::string& shown, const std::string& where) {
@@ -289,32 +117,59 @@ std::string node_text(const toml::node& n) {
   return os.str();
 }
 
+// Sets the field from a value given as text (an override, or a TOML string/number turned to
+// text by the caller after its own type check).
+void set_choice(const KeySpec& s, const EnumField& e, const std::string& v, const std::string& where) {
+  auto it = std::find(e.names.begin(), e.names.end(), v);
+  TITAN_CONFIG_CHECK(it != e.names.end(), where, "invalid value \"", v, "\" for '", s.full(),
+                     "': expected one of ", join(e.names, ", "));
+  e.set(static_cast<size_t>(it - e.names.begin()));
+}
+
+template <typename T>
+T parse_number(const KeySpec& s, const std::string& v, const std::string& shown, const std::string& where) {
+  size_t used = 0;
+  T x{};
+  try {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      x = std::stoll(v, &used);
+    } else {
+      x = std::stod(v, &used);
+    }
+  } catch (const std::exception&) {
+    wrong_type(s, shown, where);
+  }
+  if (used != v.size()) wrong_type(s, shown, where);
+  check_number(s, static_cast<double>(x), shown, where);
+  return x;
+}
+
 void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where) {
   const std::string shown = node_text(n);
-  switch (s.type) {
-    case KeyType::kBool:
+  struct Visitor {
+    const KeySpec& s;
+    const toml::node& n;
+    const std::string& shown;
+    const std::string& where;
+    void operator()(bool* f) const {
       if (!n.is_boolean()) wrong_type(s, shown, where);
-      *static_cast<bool*>(s.field) = n.as_boolean()->get();
-      return;
-    case KeyType::kInt: {
+      *f = n.as_boolean()->get();
+    }
+    void operator()(int64_t* f) const {
       if (!n.is_integer()) wrong_type(s, shown, where);
-      int64_t v = n.as_integer()->get();
-      check_number(s, static_cast<double>(v), shown, where);
-      *static_cast<int64_t*>(s.field) = v;
-      return;
+      *f = n.as_integer()->get();
+      check_number(s, static_cast<double>(*f), shown, where);
     }
-    case KeyType::kFloat: {
+    void operator()(double* f) const {
       if (!n.is_number()) wrong_type(s, shown, where);
-      double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
-      check_number(s, v, shown, where);
-      *static_cast<double*>(s.field) = v;
-      return;
+      *f = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
+      check_number(s, *f, shown, where);
     }
-    case KeyType::kString:
+    void operator()(std::string* f) const {
       if (!n.is_string()) wrong_type(s, shown, where);
-      set_string(s, n.as_string()->get(), where);
-      return;
-    case KeyType::kStringList: {
+      *f = n.as_string()->get();
+    }
+    void operator()(std::vector<std::string>* f) const {
       auto* arr = n.as_array();
       if (!arr) wrong_type(s, shown, where);
       std::vector<std::string> out;
@@ -322,67 +177,50 @@ void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& whe
         if (!e.is_string()) wrong_type(s, shown, where);
         out.push_back(e.as_string()->get());
       }
-      *static_cast<std::vector<std::string>*>(s.field) = out;
-      return;
+      *f = out;
     }
-  }
+    void operator()(const EnumField& e) const {
+      if (!n.is_string()) wrong_type(s, shown, where);
+      set_choice(s, e, n.as_string()->get(), where);
+    }
+  };
+  std::visit(Visitor{s, n, shown, where}, s.field);
 }
 
 void set_from_text(const KeySpec& s, const std::string& v, const std::string& where) {
   const std::string shown = "'" + v + "'";
-  switch (s.type) {
-    case KeyType::kBool:
+  struct Visitor {
+    const KeySpec& s;
+    const std::string& v;
+    const std::string& shown;
+    const std::string& where;
+    void operator()(bool* f) const {
       if (v == "true" || v == "1") {
-        *static_cast<bool*>(s.field) = true;
+        *f = true;
       } else if (v == "false" || v == "0") {
-        *static_cast<bool*>(s.field) = false;
+        *f = false;
       } else {
         wrong_type(s, shown, where);
       }
-      return;
-    case KeyType::kInt: {
-      size_t used = 0;
-      int64_t x = 0;
-      try {
-        x = std::stoll(v, &used);
-      } catch (const std::exception&) {
-        wrong_type(s, shown, where);
-      }
-      if (used != v.size()) wrong_type(s, shown, where);
-      check_number(s, static_cast<double>(x), shown, where);
-      *static_cast<int64_t*>(s.field) = x;
-      return;
     }
-    case KeyType::kFloat: {
-      size_t used = 0;
-      double x = 0;
-      try {
-        x = std::stod(v, &used);
-      } catch (const std::exception&) {
-        wrong_type(s, shown, where);
-      }
-      if (used != v.size()) wrong_type(s, shown, where);
-      check_number(s, x, shown, where);
-      *static_cast<double*>(s.field) = x;
-      return;
-    }
-    case KeyType::kString:
-      set_string(s, v, where);
-      return;
-    case KeyType::kStringList: {
+    void operator()(int64_t* f) const { *f = parse_number<int64_t>(s, v, shown, where); }
+    void operator()(double* f) const { *f = parse_number<double>(s, v, shown, where); }
+    void operator()(std::string* f) const { *f = v; }
+    void operator()(std::vector<std::string>* f) const {
       std::vector<std::string> out;
       std::stringstream ss(v);
       std::string item;
       while (std::getline(ss, item, ',')) {
         if (!item.empty()) out.push_back(item);
       }
-      *static_cast<std::vector<std::string>*>(s.field) = out;
-      return;
+      *f = out;
     }
-  }
+    void operator()(const EnumField& e) const { set_choice(s, e, v, where); }
+  };
+  std::visit(Visitor{s, v, shown, where}, s.field);
 }
 
-std::string quoted(const std::string& v) {
+std::string toml_quoted(const std::string& v) {
   std::string out = "\"";
   for (char ch : v) {
     if (ch == '"' || ch == '\\') out += '\\';
@@ -392,27 +230,25 @@ std::string quoted(const std::string& v) {
 }
 
 std::string value_text(const KeySpec& s) {
-  std::ostringstream os;
-  switch (s.type) {
-    case KeyType::kBool: os << (*static_cast<bool*>(s.field) ? "true" : "false"); break;
-    case KeyType::kInt: os << *static_cast<int64_t*>(s.field); break;
-    case KeyType::kFloat: {
+  struct Visitor {
+    std::string operator()(bool* f) const { return *f ? "true" : "false"; }
+    std::string operator()(int64_t* f) const { return std::to_string(*f); }
+    std::string operator()(double* f) const {
+      std::ostringstream os;
       os.precision(17);
-      double v = *static_cast<double*>(s.field);
-      os << v;
-      if (std::floor(v) == v && std::abs(v) < 1e15) os << ".0";
-      break;
+      os << *f;
+      if (std::floor(*f) == *f && std::abs(*f) < 1e15) os << ".0";
+      return os.str();
     }
-    case KeyType::kString: os << quoted(*static_cast<std::string*>(s.field)); break;
-    case KeyType::kStringList: {
-      os << "[";
-      auto& l = *static_cast<std::vector<std::string>*>(s.field);
-      for (size_t i = 0; i < l.size(); ++i) os << (i ? ", " : "") << quoted(l[i]);
-      os << "]";
-      break;
+    std::string operator()(std::string* f) const { return toml_quoted(*f); }
+    std::string operator()(std::vector<std::string>* f) const {
+      std::string out = "[";
+      for (size_t i = 0; i < f->size(); ++i) out += (i ? ", " : "") + toml_quoted((*f)[i]);
+      return out + "]";
     }
-  }
-  return os.str();
+    std::string operator()(const EnumField& e) const { return toml_quoted(e.names[e.get()]); }
+  };
+  return std::visit(Visitor{}, s.field);
 }
 
 }  // namespace
@@ -461,6 +297,15 @@ void validate(const JobConfig& c) {
   TITAN_CONFIG_CHECK(c.parallelism.data_parallel_shard_degree != 0,
                      "parallelism.data_parallel_shard_degree must be -1 or >= 1, got 0");
   TITAN_CONFIG_CHECK(c.optimizer.beta1 < 1 && c.optimizer.beta2 < 1, "optimizer betas must be < 1");
+  // The dataset key chooses where text comes from; a path that would be ignored is refused.
+  if (t.dataset == DatasetKind::kText) {
+    TITAN_CONFIG_CHECK(!t.dataset_path.empty(),
+                       "training.dataset = \"text\" needs training.dataset_path (a text file)");
+  } else {
+    TITAN_CONFIG_CHECK(t.dataset_path.empty(), "training.dataset_path is set (", t.dataset_path,
+                       ") but training.dataset = \"corpus\" reads the shipped corpus; set "
+                       "training.dataset = \"text\" to train on that file");
+  }
 }
 
 JobConfig load_job_config(const std::vector<std::string>& args) {
@@ -506,9 +351,8 @@ std::string config_help() {
   std::string section;
   for (auto& s : reg.keys) {
     if (s.section != section) os << "\n[" << (section = s.section) << "]\n";
-    os << "  --" << s.full() << " = " << value_text(s) << "   (" << format_range(s);
-    if (!s.choices.empty()) os << ": " << join(s.choices, " | ");
-    os << ") " << s.help << "\n";
+    os << "  --" << s.full() << " = " << value_text(s) << "   (" << format_range(s) << ") "
+       << s.help << "\n";
   }
   return os.str();
 }

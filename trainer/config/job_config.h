@@ -1,11 +1,14 @@
 // JobConfig: every setting of a titan job, with TorchTitan's section and key names.
 // Filled by config_loader.h from defaults, a TOML file and --section.key overrides;
-// read by the trainer, the parallel plans and the simulator.
+// read by the trainer, the parallel plans and the simulator. Every choice is an enum,
+// checked once at load (config_enums.h holds the names users write).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "trainer/config/config_enums.h"
 
 namespace titan {
 
@@ -16,7 +19,7 @@ struct JobSection {
 };
 
 struct ModelSection {
-  std::string name = "qwen3";  // qwen3 | llama3
+  ModelFamily name = ModelFamily::kQwen3;
   std::string flavor = "debugmodel";
   std::string tokenizer_path = "";  // "" or "byte": byte-level; else a HF tokenizer.json
   // Explicit dims override the flavor's; 0 (or "flavor") keeps the flavor's value.
@@ -27,14 +30,14 @@ struct ModelSection {
   int64_t head_dim = 0;
   int64_t ffn_dim = 0;
   int64_t vocab_size = 0;
-  std::string tie_embeddings = "flavor";  // flavor | true | false
+  FlavorBool tie_embeddings = FlavorBool::kFlavor;
   double rope_theta = 0;
   double norm_eps = 0;
-  std::string qk_norm = "flavor";  // flavor | true | false
+  FlavorBool qk_norm = FlavorBool::kFlavor;
 };
 
 struct OptimizerSection {
-  std::string name = "AdamW";
+  OptimizerName name = OptimizerName::kAdamW;
   double lr = 8e-4;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -45,7 +48,7 @@ struct OptimizerSection {
 struct LrSchedulerSection {
   int64_t warmup_steps = 200;
   double decay_ratio = -1;  // < 0: decay over every step after warmup
-  std::string decay_type = "linear";  // linear | sqrt | cosine
+  DecayType decay_type = DecayType::kLinear;
   double min_lr_factor = 0.0;
 };
 
@@ -55,10 +58,10 @@ struct TrainingSection {
   int64_t seq_len = 2048;
   double max_norm = 1.0;
   int64_t steps = 10000;
-  std::string dataset = "corpus";
-  std::string dataset_path = "";  // "" : the shipped corpus
-  std::string mixed_precision_param = "float32";
-  std::string mixed_precision_reduce = "float32";
+  DatasetKind dataset = DatasetKind::kCorpus;  // corpus: the shipped corpus; text: dataset_path
+  std::string dataset_path = "";
+  Dtype mixed_precision_param = Dtype::kFloat32;
+  Dtype mixed_precision_reduce = Dtype::kFloat32;
   int64_t seed = 0;
   bool deterministic = false;
   int64_t threads = 0;  // 0: cores on this host divided by the ranks on this host
@@ -70,10 +73,11 @@ struct ParallelismSection {
   int64_t tensor_parallel_degree = 1;
   int64_t pipeline_parallel_degree = 1;
   int64_t context_parallel_degree = 1;
-  std::string fsdp_reshard_after_forward = "default";  // default | always | never
+  ReshardPolicy fsdp_reshard_after_forward = ReshardPolicy::kDefault;
+  bool fsdp_defer_gradient_sync = true;  // gradient accumulation: reduce once, after the last micro-batch
   bool enable_sequence_parallel = true;
   bool disable_loss_parallel = false;
-  std::string pipeline_parallel_schedule = "1F1B";
+  PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::k1F1B;
   int64_t pipeline_parallel_microbatch_size = 1;
 };
 
@@ -86,14 +90,14 @@ struct CheckpointSection {
   std::string initial_load_path = "";
   bool initial_load_model_only = true;
   bool last_save_model_only = true;
-  std::string export_dtype = "float32";
-  std::string async_mode = "disabled";  // disabled | async
+  Dtype export_dtype = Dtype::kFloat32;
+  AsyncMode async_mode = AsyncMode::kDisabled;
   bool create_seed_checkpoint = false;
   std::vector<std::string> exclude_from_loading;
 };
 
 struct ActivationCheckpointSection {
-  std::string mode = "none";  // none | selective | full
+  AcMode mode = AcMode::kNone;
   int64_t selective_every = 2;  // selective: every Nth block is recomputed
 };
 
@@ -103,8 +107,8 @@ struct MetricsSection {
 };
 
 struct CommSection {
-  std::string backend = "mpi";  // mpi | gloo
-  std::string collective_mode = "fused";  // fused | separate
+  CommBackend backend = CommBackend::kMpi;
+  CollectiveMode collective_mode = CollectiveMode::kFused;
   double bucket_cap_mb = 25;
   double init_timeout_seconds = 300;
   double train_timeout_seconds = 100;
@@ -116,7 +120,7 @@ struct SimulationSection {
   std::string device = "tpu-v7";
   int64_t num_chips = 8192;
   std::string topology = "";  // "" : chosen automatically
-  std::string execution = "defer_and_fuse";  // eager | defer_and_fuse | compiled
+  Execution execution = Execution::kDeferAndFuse;
 };
 
 struct JobConfig {

@@ -5,7 +5,7 @@
 namespace titan {
 
 ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
-  ModelArgs a = model_flavor(m.name, m.flavor);
+  ModelArgs a = model_flavor(to_string(m.name), m.flavor);
   auto over = [](int64_t& field, int64_t v) {
     if (v > 0) field = v;
   };
@@ -17,8 +17,8 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
   over(a.ffn_dim, m.ffn_dim);
   over(a.vocab_size, m.vocab_size);
   if (a.vocab_size == 0) a.vocab_size = tokenizer_vocab;
-  if (m.tie_embeddings != "flavor") a.tie_embeddings = m.tie_embeddings == "true";
-  if (m.qk_norm != "flavor") a.qk_norm = m.qk_norm == "true";
+  if (m.tie_embeddings != FlavorBool::kFlavor) a.tie_embeddings = m.tie_embeddings == FlavorBool::kTrue;
+  if (m.qk_norm != FlavorBool::kFlavor) a.qk_norm = m.qk_norm == FlavorBool::kTrue;
   if (m.rope_theta > 0) a.rope_theta = m.rope_theta;
   if (m.norm_eps > 0) a.norm_eps = m.norm_eps;
   TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,

@@ -48,7 +48,21 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
 namespace {
 
 devices::ActivationCheckpoint ac_mode(const JobConfig& cfg) {
-  return devices::parse_activation_checkpoint(cfg.activation_checkpoint.mode);
+  switch (cfg.activation_checkpoint.mode) {
+    case AcMode::kSelective: return devices::ActivationCheckpoint::kSelective;
+    case AcMode::kFull: return devices::ActivationCheckpoint::kFull;
+    case AcMode::kNone: break;
+  }
+  return devices::ActivationCheckpoint::kNone;
+}
+
+devices::ExecutionMode execution_mode(const JobConfig& cfg) {
+  switch (cfg.simulation.execution) {
+    case Execution::kEager: return devices::ExecutionMode::kEager;
+    case Execution::kCompiled: return devices::ExecutionMode::kCompiled;
+    case Execution::kDeferAndFuse: break;
+  }
+  return devices::ExecutionMode::kDeferAndFuse;
 }
 
 }  // namespace
@@ -101,8 +115,9 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   r.seq_len = cfg.training.seq_len;
   r.microbatches = rec.microbatches;
   devices::SimulationOptions o;
-  o.execution = devices::parse_execution(cfg.simulation.execution);
-  o.collective_mode = devices::parse_collective_mode(cfg.comm.collective_mode);
+  o.execution = execution_mode(cfg);
+  o.collective_mode = cfg.comm.collective_mode == CollectiveMode::kFused ? devices::CollectiveMode::kFused
+                                                                       : devices::CollectiveMode::kSeparate;
   r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
 
   const ModelArgs args = resolve_model_args(cfg.model, vocab_without_data(cfg));
@@ -149,9 +164,10 @@ SimulationResult simulate(const JobConfig& cfg, bool other_mode) {
   SimulationResult r = replay(cfg, record_step(cfg));
   if (other_mode) {
     JobConfig other = cfg;
-    other.comm.collective_mode = cfg.comm.collective_mode == "fused" ? "separate" : "fused";
+    other.comm.collective_mode =
+        cfg.comm.collective_mode == CollectiveMode::kFused ? CollectiveMode::kSeparate : CollectiveMode::kFused;
     SimulationResult o = replay(other, record_step(other));
-    r.other_mode = other.comm.collective_mode;
+    r.other_mode = to_string(other.comm.collective_mode);
     r.other_step_time_s = o.report.step_time_s;
     r.other_mfu_percent = o.mfu_percent;
   }

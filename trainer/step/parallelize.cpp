@@ -5,9 +5,12 @@
 #include "parallel/tensor_parallel.h"
 
 namespace titan {
-torch::ScalarType dtype_named(const std::string& name) {
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kFloat16;
+torch::ScalarType scalar_type(Dtype d) {
+  switch (d) {
+    case Dtype::kBFloat16: return torch::kBFloat16;
+    case Dtype::kFloat16: return torch::kFloat16;
+    case Dtype::kFloat32: break;
+  }
   return torch::kFloat32;
 }
 
@@ -23,11 +26,23 @@ std::vector<NamedModule> weight_modules_under(torch::nn::Module& parent, const s
 
 }  // namespace
 
-std::vector<NamedModule> root_modules(Transformer& model) {
-  std::vector<NamedModule> root = {{"tok_embeddings", model->tok_embeddings.ptr()},
-                                   {"norm", model->norm.ptr()}};
-  if (model->output) root.push_back({"output", model->output.ptr()});
-  return root;
+// FSDP's head unit: final norm and output; with tied weights the embedding joins it.
+std::vector<NamedModule> head_modules(Transformer& model) {
+  std::vector<NamedModule> head = {{"norm", model->norm.ptr()}};
+  if (model->output) {
+    head.push_back({"output", model->output.ptr()});
+  } else {
+    head.insert(head.begin(), {"tok_embeddings", model->tok_embeddings.ptr()});
+  }
+  return head;
+}
+
+// `outer` around whatever wrap the module already has (TP's, applied first).
+void wrap_outside(WeightModule& m, WrapFn outer) {
+  WrapFn inner_wrap = m.wrap;
+  m.wrap = [outer, inner_wrap](const torch::Tensor& x, const ForwardFn& fn) {
+    return outer(x, [&](const torch::Tensor& y) { return apply_wrap(inner_wrap, y, fn); });
+  };
 }
 
 std::vector<std::vector<NamedModule>> block_modules(Transformer& model) {
@@ -132,18 +147,29 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, out);
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
-  if (cfg.activation_checkpoint.mode != "none") {
-    model->block_wrappers.push_back(activation_checkpoint_wrapper(cfg.activation_checkpoint.mode,
-                                                                  cfg.activation_checkpoint.selective_every));
+  const AcMode ac = cfg.activation_checkpoint.mode;
+  if (ac != AcMode::kNone) {
+    model->block_wrappers.push_back(
+        activation_checkpoint_wrapper(ac == AcMode::kFull ? 1 : cfg.activation_checkpoint.selective_every));
   }
   if (applies_fsdp(mesh)) {
     FsdpOptions o;
-    o.reshard_after_forward = cfg.parallelism.fsdp_reshard_after_forward;
-    o.param_dtype = dtype_named(cfg.training.mixed_precision_param);
-    o.reduce_dtype = dtype_named(cfg.training.mixed_precision_reduce);
-    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, root_modules(model),
-                                      block_modules(model));
+    switch (cfg.parallelism.fsdp_reshard_after_forward) {
+      case ReshardPolicy::kDefault: o.reshard_after_forward = FsdpOptions::Reshard::kDefault; break;
+      case ReshardPolicy::kAlways: o.reshard_after_forward = FsdpOptions::Reshard::kAlways; break;
+      case ReshardPolicy::kNever: o.reshard_after_forward = FsdpOptions::Reshard::kNever; break;
+    }
+    o.param_dtype = scalar_type(cfg.training.mixed_precision_param);
+    o.reduce_dtype = scalar_type(cfg.training.mixed_precision_reduce);
+    std::vector<NamedModule> embedding;
+    if (model->output) embedding.push_back({"tok_embeddings", model->tok_embeddings.ptr()});
+    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding, block_modules(model),
+                                      head_modules(model));
     model->forward_wrap = out.fsdp->root_wrapper();
+    if (!out.fsdp->tied()) {
+      wrap_outside(*model->tok_embeddings, out.fsdp->embedding_wrapper());
+      wrap_outside(*model->norm, out.fsdp->head_wrapper());
+    }
     model->block_wrappers.insert(model->block_wrappers.begin(), out.fsdp->block_wrapper());
   }
   return out;

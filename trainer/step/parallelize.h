@@ -29,7 +29,7 @@ struct ParallelizedModel {
 };
 
 // "float32" | "bfloat16" | "float16" (the config's dtype names) as a torch dtype.
-torch::ScalarType dtype_named(const std::string& name);
+torch::ScalarType scalar_type(Dtype dtype);
 
 // Checks that the model divides over the tensor-parallel degree; config errors otherwise.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
@@ -40,9 +40,9 @@ bool applies_fsdp(const DeviceMesh& mesh);
 
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
 
-// The model's modules grouped as FSDP units: the root (embeddings, final norm, output) and
-// one unit per block.
-std::vector<NamedModule> root_modules(Transformer& model);
+// The model's modules grouped as FSDP units: the head (final norm and output, or with tied
+// weights final norm and embedding) and one unit per block.
+std::vector<NamedModule> head_modules(Transformer& model);
 std::vector<std::vector<NamedModule>> block_modules(Transformer& model);
 
 }  // namespace titan

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/config/resolve_model.h"
+#include "trainer/step/param_layout.h"
 
 namespace titan {
 namespace {
@@ -39,15 +40,27 @@ int choose_threads(const JobConfig& cfg) {
 }
 
 int64_t vocab_without_data(const JobConfig& cfg) {
-  ModelArgs a = model_flavor(cfg.model.name, cfg.model.flavor);
+  ModelArgs a = model_flavor(to_string(cfg.model.name), cfg.model.flavor);
   if (a.vocab_size > 0 || cfg.model.vocab_size > 0) return 0;
   return make_tokenizer(cfg.model.tokenizer_path)->vocab_size();
 }
 
+JobConfig with_resolved_model(const JobConfig& cfg) {
+  const ModelArgs a = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  JobConfig out = cfg;
+  ModelSection& m = out.model;
+  m.dim = a.dim, m.n_layers = a.n_layers, m.n_heads = a.n_heads, m.n_kv_heads = a.n_kv_heads;
+  m.head_dim = a.head_dim, m.ffn_dim = a.ffn_dim, m.vocab_size = a.vocab_size;
+  m.rope_theta = a.rope_theta, m.norm_eps = a.norm_eps;
+  m.tie_embeddings = a.tie_embeddings ? FlavorBool::kTrue : FlavorBool::kFalse;
+  m.qk_norm = a.qk_norm ? FlavorBool::kTrue : FlavorBool::kFalse;
+  return out;
+}
+
 CommOptions comm_options(const JobConfig& cfg) {
   CommOptions o;
-  o.backend = cfg.comm.backend;
-  o.collective_mode = cfg.comm.collective_mode;
+  o.backend = to_string(cfg.comm.backend);
+  o.collective_mode = to_string(cfg.comm.collective_mode);
   o.bucket_cap_mb = cfg.comm.bucket_cap_mb;
   o.init_timeout_seconds = cfg.comm.init_timeout_seconds;
   o.train_timeout_seconds = cfg.comm.train_timeout_seconds;
@@ -93,7 +106,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   // precision policy); without those plans the model is built in that dtype itself.
   const bool fp32_masters = applies_fsdp(*mesh_);
   auto opts = torch::TensorOptions().dtype(
-      fp32_masters ? torch::kFloat32 : dtype_named(cfg_.training.mixed_precision_param));
+      fp32_masters ? torch::kFloat32 : scalar_type(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
@@ -138,20 +151,9 @@ int64_t Trainer::tp_shard_dim(const std::string& name) const {
 }
 
 std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
-  torch::NoGradGuard no_grad;
-  Transformer shapes(args_, 1, torch::TensorOptions().device(torch::kMeta));
-  auto full_shapes = shapes->named_parameters();
-  Communicator& tp = *(*mesh_)["tp"];
+  const auto layout = param_layout(*this);
   std::map<std::string, torch::Tensor> out;
-  for (auto& p : model_->named_parameters()) {
-    std::vector<int64_t> shape = full_shapes[p.key()].sizes().vec();
-    const int64_t dim = tp_shard_dim(p.key());
-    if (dim >= 0) shape[dim] /= tp.size();
-    torch::Tensor local = fsdp() ? gather_full_parameter(*(*mesh_)["fsdp"], p.value(), shape)
-                                 : p.value().detach().clone();
-    if (dim >= 0 && tp.size() > 1) local = all_gather_along(local, dim, tp).contiguous();
-    out[p.key()] = local;
-  }
+  for (size_t i = 0; i < layout.size(); ++i) out[layout[i].name] = full_parameter(*this, i, layout[i]);
   return out;
 }
 
@@ -183,9 +185,13 @@ Trainer::StepResult Trainer::train_step() {
   for (int64_t m = 0; m < micro; ++m) {
     auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
     auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
+    // FSDP reduces gradients at the end of each backward (its final callback); deferred,
+    // only the last micro-batch's backward reduces what all of them accumulated.
+    if (parallel_.fsdp) {
+      parallel_.fsdp->set_requires_gradient_sync(!cfg_.parallelism.fsdp_defer_gradient_sync || m + 1 == micro);
+    }
     auto loss = parallel_.loss(model_->forward(in), lab, normalizer);
     loss.backward();
-    if (parallel_.fsdp) parallel_.fsdp->finish_backward();
     if (!on_meta_) r.loss += loss.item<double>();
   }
   Communicator& tp = *(*mesh_)["tp"];

@@ -25,6 +25,8 @@ CommOptions comm_options(const JobConfig& cfg);
 // The tokenizer's vocabulary when the model needs it to resolve its dims (debugmodel without
 // model.vocab_size), else 0; reads no data.
 int64_t vocab_without_data(const JobConfig& cfg);
+// cfg with [model] holding the dims the job really uses (flavor resolved), for print_config.
+JobConfig with_resolved_model(const JobConfig& cfg);
 ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size);
 // Intra-op threads for this rank: training.threads, or the host's cores divided by the ranks
 // that mpirun placed on this host.

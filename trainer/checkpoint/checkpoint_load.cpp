@@ -1,0 +1,176 @@
+// Loading checkpoints: resume discovery at start, staged reads (nothing changes until every
+// rank read its part), and the world-wide agreement to commit or skip.
+#include "trainer/checkpoint/checkpoint.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/communicator.h"
+#include "common/error.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/checkpoint/hf_interop.h"
+#include "trainer/step/trainer.h"
+
+namespace titan {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t world_max(Trainer& t, int64_t v) {
+  auto x = torch::tensor({double(v)}, torch::kFloat64);
+  t.world().comm()->all_reduce(x, ReduceOp::kMax)->wait();
+  return static_cast<int64_t>(x.item<double>());
+}
+
+}  // namespace
+
+// A checkpoint read into staging tensors, not yet applied.
+struct Checkpointer::Staged {
+  std::vector<std::function<void()>> apply;  // one per loaded part
+};
+
+void Checkpointer::load(const std::string& dir, bool model_only) { try_load(dir, model_only, true); }
+
+std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir, bool model_only) {
+  auto st = std::make_unique<Staged>();
+  std::ifstream f(fs::path(dir) / "COMPLETE");
+  TITAN_CHECK(f.good(), dir, ": no COMPLETE marker (the save did not finish)");
+  nlohmann::json marker;
+  try {
+    f >> marker;
+  } catch (const std::exception& e) {
+    TITAN_FAIL(dir, "/COMPLETE is malformed: ", e.what());
+  }
+  const double t0 = now_s();
+  const auto files = marker.at("rank_files").get<std::vector<std::string>>();
+  const auto sizes = marker.at("rank_file_bytes").get<std::vector<int64_t>>();
+  CheckpointReader reader(dir, files, sizes);
+  const CheckpointMeta& m = reader.meta();
+  const std::string mine = model_args_json(trainer_.model_args());
+  TITAN_CONFIG_CHECK(m.model_args_json == mine, dir, " is a checkpoint of another model: saved ", m.model_args_json,
+                     ", this job ", mine);
+  model_only = model_only || m.model_only;
+  std::set<std::string> skip(trainer_.config().checkpoint.exclude_from_loading.begin(),
+                             trainer_.config().checkpoint.exclude_from_loading.end());
+  // Everything is read into staging tensors first: a damaged checkpoint leaves the live
+  // state untouched, so the caller can fall back to an older one.
+  const auto layout = param_layout(trainer_);
+  LoadSource source{m,
+                    [&](const std::string& group, const std::vector<torch::Tensor>& like) {
+                      std::vector<torch::Tensor> out;
+                      for (size_t i = 0; i < like.size(); ++i) {
+                        const auto& l = layout[i];
+                        TITAN_CHECK(reader.has(group, l.name), dir, ": has no ", group, "/", l.name);
+                        TITAN_CONFIG_CHECK(reader.global_shape(group, l.name) == l.global_shape, dir, ": ", l.name,
+                                           " has another shape than this model's");
+                        auto t = torch::zeros({like[i].numel()}, like[i].options().requires_grad(false));
+                        reader.read(group, l.name, l.flat_offset, t.narrow(0, 0, l.length), l.box_offset,
+                                    l.box_shape);
+                        out.push_back(t);
+                      }
+                      return out;
+                    },
+                    [&] {
+                      // Same world size: each rank its own stream; otherwise rank 0's (documented).
+                      const int64_t r = m.world_size == trainer_.world().size() ? trainer_.world().rank() : 0;
+                      return reader.rng(r);
+                    }};
+  for (auto& part : parts_) {
+    if (skip.count(part.name) || (model_only && !part.model_only)) continue;
+    st->apply.push_back(part.stage(source));
+  }
+  load_bytes_ = reader.bytes_read();
+  load_s_ = now_s() - t0;
+  return st;
+}
+
+// Every rank tries; the outcome is agreed over the world so that all skip or all commit.
+bool Checkpointer::try_load(const std::string& dir, bool model_only, bool explicit_request) {
+  int64_t status = 0;  // 0 ok, 1 damaged, 2 config error
+  std::string message;
+  std::unique_ptr<Staged> staged;
+  try {
+    staged = stage(dir, model_only);
+  } catch (const Error& e) {
+    status = e.kind() == ErrorKind::kConfig ? 2 : 1;
+    message = std::string(e.what()) + " [" + e.where() + "]";
+  } catch (const std::exception& e) {
+    status = 1;
+    message = e.what();
+  }
+  const int64_t worst = world_max(trainer_, status);
+  if (status != 0) {
+    std::fprintf(stderr, "titan: checkpoint: rank %d: %s: %s\n", trainer_.world().rank(), dir.c_str(), message.c_str());
+  }
+  if (worst == 2) TITAN_CONFIG_CHECK(false, "cannot load checkpoint ", dir, ": ", message.empty() ? "see the message of another rank" : message);
+  if (worst == 1) {
+    TITAN_CHECK(!explicit_request, "checkpoint ", dir, " was requested explicitly (checkpoint.load_step or a path) but is damaged or incomplete: ",
+                message.empty() ? "see the message of another rank" : message);
+    if (trainer_.is_writer()) std::fprintf(stderr, "titan: checkpoint: WARNING skipping damaged checkpoint %s\n", dir.c_str());
+    return false;
+  }
+  for (auto& apply : staged->apply) apply();  // every rank read its part without error
+  return true;
+}
+
+int64_t Checkpointer::load_at_start() {
+  const auto& c = trainer_.config().checkpoint;
+  const bool writer = trainer_.is_writer();
+  auto announce = [&](const std::string& what, const std::string& dir) {
+    if (writer) {
+      std::printf("titan: checkpoint: %s %s (step %lld, %.2f s, %.1f MB read by rank 0)\n", what.c_str(), dir.c_str(),
+                  static_cast<long long>(trainer_.step()), load_s_, load_bytes_ / 1e6);
+      std::fflush(stdout);
+    }
+  };
+  if (enabled()) {
+    if (c.load_step >= 0) {
+      const std::string dir = (fs::path(folder_) / step_name(c.load_step)).string();
+      TITAN_CONFIG_CHECK(fs::is_directory(dir), "checkpoint.load_step = ", c.load_step, ": ", dir, " does not exist");
+      try_load(dir, false, true);
+      announce("resumed from", dir);
+      return trainer_.step();
+    }
+    std::error_code ec;
+    if (fs::is_directory(folder_, ec) && writer) {
+      for (auto& e : fs::directory_iterator(folder_, ec)) {
+        if (e.path().filename().string().rfind(".tmp-", 0) == 0)
+          std::fprintf(stderr, "titan: checkpoint: WARNING ignoring unfinished save %s\n", e.path().string().c_str());
+      }
+    }
+    for (auto& s : list_step_folders(folder_)) {
+      if (!s.complete) {
+        if (writer) std::fprintf(stderr, "titan: checkpoint: WARNING skipping incomplete checkpoint %s (no COMPLETE marker)\n", s.path.c_str());
+        continue;
+      }
+      // A model-only step > 0 is a final export, not a training state to resume.
+      if (s.step > 0 && is_model_only(s.path)) continue;
+      if (try_load(s.path, false, false)) {
+        announce("resumed from", s.path);
+        return trainer_.step();
+      }
+    }
+  }
+  if (!c.initial_load_path.empty()) {
+    const std::string& p = c.initial_load_path;
+    if (fs::exists(fs::path(p) / "COMPLETE")) {
+      try_load(p, c.initial_load_model_only, true);
+    } else {
+      load_hf(trainer_, p);
+      load_s_ = 0;
+    }
+    announce("initial weights from", p);
+    return trainer_.step();
+  }
+  return 0;
+}
+
+}  // namespace titan

@@ -1,0 +1,119 @@
+#include "trainer/checkpoint/step_folders.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+
+namespace titan {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string rank_file(int64_t r) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank-%05lld.h5", static_cast<long long>(r));
+  return buf;
+}
+
+std::string step_name(int64_t step) { return "step-" + std::to_string(step); }
+
+void write_text_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    TITAN_CHECK(f.good(), "checkpoint: cannot write ", tmp);
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+}
+
+bool is_model_only(const std::string& dir) {
+  std::ifstream f(fs::path(dir) / "COMPLETE");
+  nlohmann::json marker = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  return marker.is_object() && marker.value("model_only", false);
+}
+
+std::vector<StepFolder> list_step_folders(const std::string& folder) {
+  std::vector<StepFolder> out;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return out;
+  for (auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !e.is_directory()) continue;
+    const std::string num = name.substr(5);
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+    out.push_back({std::stoll(num), e.path().string(), fs::exists(e.path() / "COMPLETE", ec)});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.step > b.step; });
+  return out;
+}
+
+void mark_rank_file_done(const std::string& tmp_dir, int rank) {
+  const fs::path f = fs::path(tmp_dir) / rank_file(rank);
+  write_text_durably(f.string() + ".done", std::to_string(fs::file_size(f)) + "\n");
+}
+
+void commit_step_folder(const StepCommit& job) {
+  const double deadline = now_s() + job.timeout_s;
+  std::vector<int64_t> sizes(job.world, -1);
+  std::vector<std::string> files;
+  // Rank 0's own file is durable now; others report through their done files.
+  {
+    const std::string path = (fs::path(job.tmp_dir) / rank_file(0)).string();
+    sizes[0] = static_cast<int64_t>(fs::file_size(path));
+  }
+  for (int r = 0; r < job.world; ++r) files.push_back(rank_file(r));
+  for (int r = 1; r < job.world; ++r) {
+    const fs::path done = fs::path(job.tmp_dir) / (rank_file(r) + ".done");
+    std::error_code ec;
+    while (!fs::exists(done, ec)) {
+      TITAN_CHECK(now_s() < deadline, "checkpoint: rank ", r, " did not finish its file for step ", job.step,
+                  " within ", job.timeout_s, " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::ifstream f(done);
+    f >> sizes[r];
+    TITAN_CHECK(f && sizes[r] >= 0, "checkpoint: unreadable ", done.string());
+    fs::remove(done);
+  }
+  std::error_code ec;
+  if (fs::exists(fs::path(job.tmp_dir) / "model.safetensors", ec)) files.push_back("model.safetensors");
+  fsync_path(job.tmp_dir);
+  const fs::path final_dir = fs::path(job.folder) / step_name(job.step);
+  fs::remove_all(final_dir);  // an older save of the same step (a re-run) is replaced
+  fs::rename(job.tmp_dir, final_dir);
+  fsync_path(job.folder);
+  nlohmann::json marker = {{"format", "titan-checkpoint"},
+                           {"format_version", kCheckpointFormatVersion},
+                           {"step", job.step},
+                           {"world_size", job.world},
+                           {"model_only", job.model_only},
+                           {"rank_files", std::vector<std::string>(files.begin(), files.begin() + job.world)},
+                           {"rank_file_bytes", sizes},
+                           {"extra_files", std::vector<std::string>(files.begin() + job.world, files.end())}};
+  write_text_durably((final_dir / "COMPLETE").string(), marker.dump(1) + "\n");
+  fsync_path(final_dir.string());
+  if (job.keep_latest_k > 0) {  // prune the oldest full checkpoints beyond k (0 keeps all)
+    int64_t kept = 0;
+    for (auto& s : list_step_folders(job.folder)) {
+      if (!s.complete || is_model_only(s.path)) continue;  // exports are neither counted nor pruned
+      if (++kept > job.keep_latest_k) fs::remove_all(s.path);
+    }
+  }
+}
+
+}  // namespace titan

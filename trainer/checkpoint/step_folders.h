@@ -1,0 +1,45 @@
+// The checkpoint folder on disk: step-N folders, their COMPLETE markers, and the commit of a
+// finished save (rank files durable -> rename -> marker -> pruning). No collectives, so the
+// commit may run on the async writer thread. Used by the Checkpointer and tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+std::string rank_file(int64_t rank);  // "rank-00003.h5"
+std::string step_name(int64_t step);  // "step-12"
+
+// A step folder found under the checkpoint folder.
+struct StepFolder {
+  int64_t step = 0;
+  std::string path;
+  bool complete = false;  // has its COMPLETE marker
+};
+// step-N folders, newest first.
+std::vector<StepFolder> list_step_folders(const std::string& folder);
+
+// A final model-only export (its COMPLETE marker says so).
+bool is_model_only(const std::string& dir);
+
+// Writes a small text file and fsyncs it before renaming it into place.
+void write_text_durably(const std::string& path, const std::string& text);
+
+// What rank 0 needs to commit a save once its own rank file is written.
+struct StepCommit {
+  int64_t step = 0;
+  int world = 1;
+  std::string folder, tmp_dir;
+  bool model_only = false;
+  int64_t keep_latest_k = 0;  // 0: keep every full checkpoint
+  double timeout_s = 600;     // how long to wait for the other ranks' files
+};
+// Waits until every rank's file is durable (each other rank leaves "<rank file>.done" holding
+// its size), renames tmp_dir to step-N, writes the COMPLETE marker and prunes old steps.
+void commit_step_folder(const StepCommit& job);
+// The other ranks' half: marks this rank's file durable for commit_step_folder.
+void mark_rank_file_done(const std::string& tmp_dir, int rank);
+
+}  // namespace titan

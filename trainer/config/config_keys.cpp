@@ -1,0 +1,137 @@
+#include "trainer/config/config_keys.h"
+
+namespace titan {
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+Registry make_registry(JobConfig& c) {
+  Registry r;
+  r.add("job", "dump_folder", &c.job.dump_folder, "folder for metrics, traces, checkpoints");
+  r.add("job", "description", &c.job.description, "free text");
+  r.add("job", "print_config", &c.job.print_config, "print the resolved config at start");
+
+  r.add("model", "name", &c.model.name, "model family");
+  r.add("model", "flavor", &c.model.flavor, "published size, e.g. debugmodel, 0.6B, 8B");
+  r.add("model", "tokenizer_path", &c.model.tokenizer_path,
+        "\"\" or \"byte\": byte-level; else a Hugging Face tokenizer.json");
+  r.add("model", "dim", &c.model.dim, 0, kInf, "hidden size (0: flavor's)");
+  r.add("model", "n_layers", &c.model.n_layers, 0, kInf, "layers (0: flavor's)");
+  r.add("model", "n_heads", &c.model.n_heads, 0, kInf, "query heads (0: flavor's)");
+  r.add("model", "n_kv_heads", &c.model.n_kv_heads, 0, kInf, "key/value heads (0: flavor's)");
+  r.add("model", "head_dim", &c.model.head_dim, 0, kInf, "per-head dim (0: flavor's)");
+  r.add("model", "ffn_dim", &c.model.ffn_dim, 0, kInf, "MLP intermediate size (0: flavor's)");
+  r.add("model", "vocab_size", &c.model.vocab_size, 0, kInf,
+        "vocabulary (0: flavor's, or the tokenizer's for debugmodel)");
+  r.add("model", "tie_embeddings", &c.model.tie_embeddings,
+        "share input embedding and output projection");
+  r.add("model", "rope_theta", &c.model.rope_theta, 0, kInf, "RoPE base (0: flavor's)");
+  r.add("model", "norm_eps", &c.model.norm_eps, 0, 1, "RMSNorm epsilon (0: flavor's)");
+  r.add("model", "qk_norm", &c.model.qk_norm, "RMSNorm on q and k per head");
+
+  r.add("optimizer", "name", &c.optimizer.name, "optimizer");
+  r.add("optimizer", "lr", &c.optimizer.lr, 0, kInf, "peak learning rate");
+  r.add("optimizer", "beta1", &c.optimizer.beta1, 0, 0.999999, "AdamW beta1");
+  r.add("optimizer", "beta2", &c.optimizer.beta2, 0, 0.999999, "AdamW beta2");
+  r.add("optimizer", "eps", &c.optimizer.eps, 0, 1, "AdamW epsilon");
+  r.add("optimizer", "weight_decay", &c.optimizer.weight_decay, 0, kInf, "decoupled weight decay");
+
+  r.add("lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps, 0, kInf,
+        "linear warmup steps");
+  r.add("lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio, -1, 1,
+        "fraction of steps spent decaying at the end (-1: all steps after warmup)");
+  r.add("lr_scheduler", "decay_type", &c.lr_scheduler.decay_type,
+        "decay shape");
+  r.add("lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor, 0, 1,
+        "final lr as a fraction of lr");
+
+  r.add("training", "local_batch_size", &c.training.local_batch_size, 1, kInf,
+        "sequences per micro-batch per data-parallel rank");
+  r.add("training", "global_batch_size", &c.training.global_batch_size, -1, kInf,
+        "sequences per step over all ranks (-1: local x data-parallel degree)");
+  r.add("training", "seq_len", &c.training.seq_len, 1, kInf, "tokens per sequence");
+  r.add("training", "max_norm", &c.training.max_norm, 0, kInf,
+        "gradient clipping by global norm (0: off)");
+  r.add("training", "steps", &c.training.steps, 0, kInf, "optimizer steps");
+  r.add("training", "dataset", &c.training.dataset,
+        "corpus: the corpus shipped in trainer/data; text: the file at dataset_path");
+  r.add("training", "dataset_path", &c.training.dataset_path,
+        "plain text file read when dataset = \"text\"");
+  r.add("training", "mixed_precision_param", &c.training.mixed_precision_param,
+        "dtype of parameters in compute (all-gather dtype under FSDP)");
+  r.add("training", "mixed_precision_reduce", &c.training.mixed_precision_reduce,
+        "dtype of gradient reduction");
+  r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
+  r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
+  r.add("training", "threads", &c.training.threads, 0, 4096,
+        "intra-op threads per rank (0: cores / ranks on this host)");
+
+  auto& p = c.parallelism;
+  r.add("parallelism", "data_parallel_replicate_degree", &p.data_parallel_replicate_degree, 1,
+        kInf, "DDP / HSDP replicas");
+  r.add("parallelism", "data_parallel_shard_degree", &p.data_parallel_shard_degree, -1, kInf,
+        "FSDP shards (-1: inferred from the world size)");
+  r.add("parallelism", "tensor_parallel_degree", &p.tensor_parallel_degree, 1, kInf, "TP");
+  r.add("parallelism", "pipeline_parallel_degree", &p.pipeline_parallel_degree, 1, kInf, "PP");
+  r.add("parallelism", "context_parallel_degree", &p.context_parallel_degree, 1, kInf, "CP");
+  r.add("parallelism", "fsdp_reshard_after_forward", &p.fsdp_reshard_after_forward, "free gathered parameters after forward");
+  r.add("parallelism", "fsdp_defer_gradient_sync", &p.fsdp_defer_gradient_sync,
+        "gradient accumulation: skip FSDP's reduce-scatter until the last micro-batch");
+  r.add("parallelism", "enable_sequence_parallel", &p.enable_sequence_parallel,
+        "shard norms along the sequence under TP");
+  r.add("parallelism", "disable_loss_parallel", &p.disable_loss_parallel,
+        "gather logits before the loss under TP");
+  r.add("parallelism", "pipeline_parallel_schedule", &p.pipeline_parallel_schedule, "pipeline schedule");
+  r.add("parallelism", "pipeline_parallel_microbatch_size", &p.pipeline_parallel_microbatch_size,
+        1, kInf, "sequences per pipeline micro-batch");
+
+  auto& k = c.checkpoint;
+  r.add("checkpoint", "enable", &k.enable, "save checkpoints");
+  r.add("checkpoint", "folder", &k.folder, "under dump_folder");
+  r.add("checkpoint", "interval", &k.interval, 1, kInf, "steps between saves");
+  r.add("checkpoint", "keep_latest_k", &k.keep_latest_k, 0, kInf, "0: keep all");
+  r.add("checkpoint", "load_step", &k.load_step, -1, kInf, "-1: newest complete");
+  r.add("checkpoint", "initial_load_path", &k.initial_load_path, "checkpoint to start from");
+  r.add("checkpoint", "initial_load_model_only", &k.initial_load_model_only,
+        "load only weights from initial_load_path");
+  r.add("checkpoint", "last_save_model_only", &k.last_save_model_only,
+        "final save holds weights only");
+  r.add("checkpoint", "export_dtype", &k.export_dtype, "dtype of a model-only save");
+  r.add("checkpoint", "async_mode", &k.async_mode, "background writes");
+  r.add("checkpoint", "create_seed_checkpoint", &k.create_seed_checkpoint,
+        "write step-0 weights and exit");
+  r.add("checkpoint", "exclude_from_loading", &k.exclude_from_loading,
+        "state names not loaded (e.g. [\"optimizer\", \"dataloader\"])");
+
+  r.add("activation_checkpoint", "mode", &c.activation_checkpoint.mode, "recompute activations in backward");
+  r.add("activation_checkpoint", "selective_every", &c.activation_checkpoint.selective_every, 1,
+        kInf, "selective: every Nth block is recomputed");
+
+  r.add("metrics", "log_freq", &c.metrics.log_freq, 1, kInf, "steps between log lines");
+  r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,
+        "peak FLOP/s per rank for MFU (0: measured)");
+
+  r.add("comm", "backend", &c.comm.backend, "collective backend");
+  r.add("comm", "collective_mode", &c.comm.collective_mode,
+        "coalesced async collectives, or one blocking unit per collective");
+  r.add("comm", "bucket_cap_mb", &c.comm.bucket_cap_mb, 0.001, kInf, "fused bucket size");
+  r.add("comm", "init_timeout_seconds", &c.comm.init_timeout_seconds, 1, kInf,
+        "limit for start-up rendezvous");
+  r.add("comm", "train_timeout_seconds", &c.comm.train_timeout_seconds, 1, kInf,
+        "limit for one collective");
+  r.add("comm", "rendezvous_dir", &c.comm.rendezvous_dir,
+        "gloo: shared folder where ranks meet (\"\": /tmp/titan-gloo-<job id>)");
+
+  r.add("simulation", "enable", &c.simulation.enable, "run the step on simulated hardware");
+  r.add("simulation", "device", &c.simulation.device, "chip name, e.g. tpu-v7, h100");
+  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, kInf, "simulated chips");
+  r.add("simulation", "topology", &c.simulation.topology,
+        "physical topology such as 16x16x32 (\"\": automatic)");
+  r.add("simulation", "execution", &c.simulation.execution,
+        "how ops are dispatched on the device");
+  return r;
+}
+
+
+}  // namespace titan
