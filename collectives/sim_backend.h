@@ -1,7 +1,7 @@
 // The `sim` backend: a World of N simulated ranks in which this process plays one
 // representative rank; its communicators move no data (meta tensors welcome) and report each
 // collective (issue, per flat buffer) and each wait to a listener. Used by the trainer's
-// simulator (trainer/simulate.cpp, trainer/trace_recorder.cpp) and by tests.
+// simulator (trainer/simulate/simulate.cpp, trainer/simulate/trace_recorder.cpp) and by tests.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // World: the process-level entry to the collective layer. init_distributed(CommOptions)
 // starts the chosen backend, knows this process's rank and the job size, and makes a
-// Communicator for any subset of ranks. Used by the trainer's main and by DeviceMesh.
+// Communicator for any subset of ranks. Used by the Trainer (trainer/step/trainer.cpp), the
+// simulator and DeviceMesh.
 #pragma once
 
 #include <memory>

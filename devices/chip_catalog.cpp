@@ -12,14 +12,14 @@ namespace {
 
 // Shared modelling constants (not datasheet figures). One value per fabric class, so that no
 // chip gets its own fudge factor.
-// Measured H100 NVLink collectives reach ~80% of the datasheet figure (hardware.md: ~370 of
+// Measured H100 NVLink collectives reach ~80% of the datasheet figure (docs/hardware.md: ~370 of
 // 450 GB/s). No comparable public measurement exists for ICI / NeuronLink, so the same
 // protocol + scheduling loss is assumed for every fast fabric.
 constexpr double kFastLinkEfficiency = 0.80;
 // NCCL over 400G IB typically reports ~45 of 50 GB/s bus bandwidth; DCN/EFA figures are per-
 // chip shares of host NICs, which run at a similar fraction. One value for all scale-out.
 constexpr double kScaleOutEfficiency = 0.85;
-// hardware.md rule of thumb: about 1 us per hop on ICI; used for NeuronLink and NVLink steps
+// docs/hardware.md rule of thumb: about 1 us per hop on ICI; used for NeuronLink and NVLink steps
 // too (NVSwitch adds one switch traversal, comparable to an ICI hop).
 constexpr double kFastHopLatency = 1e-6;
 // Scale-out per-step latency (NIC + switch + transport software). Estimates: IB RDMA with
@@ -207,7 +207,7 @@ std::vector<ChipSpec> build_catalog() {
     c.hbm_bytes = int64_t{80} * 1000 * 1000 * 1000;  // 80 GB, datasheet
     c.hbm_bytes_per_s = 3.35e12;      // 3.35 TB/s, datasheet
     c.link_bytes_per_s = 25e9;        // NVLink4: 18 links x 25 GB/s = 450 GB/s per direction
-    c.links = 18;                     // (about 370 achieved, hardware.md)
+    c.links = 18;                     // (about 370 achieved, docs/hardware.md)
     c.scale_out_bytes_per_s = 50e9;   // 400 Gb/s NDR IB per GPU, fat tree
     c.matmul_units = 132;             // 132 SMs
     c.attention_peak_fraction = 0.35; // FA2 (PyTorch SDPA) forward ~350 of 989 TFLOP/s,
@@ -227,14 +227,14 @@ std::vector<ChipSpec> build_catalog() {
     v.push_back(c);
   }
   {  // ---------------------------------------------------------------- H100 96GB 500W
-    // The GPU of TorchTitan's published Llama-3.1-8B benchmark (hardware.md calibration
+    // The GPU of TorchTitan's published Llama-3.1-8B benchmark (docs/hardware.md calibration
     // table): an H100 SXM power-limited to 500 W with 96 GB HBM2e. Peak is the nominal H100
     // figure (TorchTitan computes MFU against it); sustained clocks under the 500 W cap are
     // not published and not modelled.
     ChipSpec c = gpu("h100-96gb", "NVIDIA H100 96GB HBM2e, 500 W (TorchTitan benchmarks)");
     c.peak_bf16_flops = 989e12;       // nominal H100 dense bf16
-    c.hbm_bytes = int64_t{96} * 1000 * 1000 * 1000;  // 96 GB HBM2e, hardware.md
-    c.hbm_bytes_per_s = 2.4e12;       // 2.4 TB/s, hardware.md
+    c.hbm_bytes = int64_t{96} * 1000 * 1000 * 1000;  // 96 GB HBM2e, docs/hardware.md
+    c.hbm_bytes_per_s = 2.4e12;       // 2.4 TB/s, docs/hardware.md
     c.link_bytes_per_s = 25e9;        // NVLink4 as H100
     c.links = 18;
     c.scale_out_bytes_per_s = 50e9;   // 400 Gb/s IB per GPU (as H100)
@@ -296,7 +296,7 @@ ChipSpec cpu_chip(const CpuCalibration& cal) {
   c.name = "cpu";
   c.description = "this host's CPU (measured calibration)";
   c.family = TopologyFamily::kSwitchedDomain;
-  c.peak_bf16_flops = cal.sgemm_flops;  // fp32 sgemm stands in for the bf16 peak (DESIGN 6)
+  c.peak_bf16_flops = cal.sgemm_flops;  // fp32 sgemm stands in for the bf16 peak (docs/mfu.md)
   c.hbm_bytes = cal.memory_bytes;
   c.hbm_bytes_per_s = cal.mem_bytes_per_s;
   c.fast_fabric = "shm";

@@ -166,7 +166,7 @@ CollectiveCost collective_cost(const Topology& t, const std::vector<AxisSegment>
       //   torus (ring or line) segment: T_i = V * n_i / (4 W_i)
       //     each chip sends V/n_i to each member, ~n_i/4 hops away on a bidirectional ring
       //     (n_i/2 on a line, whose W is half): byte-hops V n_i / 4 over W_i per chip.
-      //     = hardware.md's V_total/(4W) with V_total = n_i * V the whole array.
+      //     = docs/hardware.md's V_total/(4W) with V_total = n_i * V the whole array.
       //   switch segment: T_i = (n_i - 1)/n_i * V / W_i (everything leaves through the port)
       //   T = max_i T_i
       for (const std::vector<Piece>* tier : {&fast, &slow})

@@ -39,7 +39,7 @@ CollectiveCost collective_cost(const Placement& placement, const std::string& gr
                                CollectiveKind kind, int64_t bytes);
 
 // Achieved bandwidth W of one segment, per chip, counting both ring directions where the
-// algorithm can use them (the "bidi" W of hardware.md's rules of thumb).
+// algorithm can use them (the "bidi" W of docs/hardware.md's rules of thumb).
 double segment_bandwidth(const PhysicalAxis& axis, const AxisSegment& segment);
 
 }  // namespace titan::devices

@@ -11,9 +11,9 @@
 namespace titan::devices {
 namespace {
 
-// Large bf16 GEMMs reach ~80% of datasheet peak (DESIGN.md: 8192^3 at ~790 of 989 TFLOP/s on
-// an H200). Applied to every accelerator; the cpu device's peak is a measured sgemm rate, so
-// it already is an achieved figure (efficiency 1).
+// Large bf16 GEMMs reach ~80% of datasheet peak (docs/hardware.md: 8192^3 at ~790 of 989
+// TFLOP/s on an H200). Applied to every accelerator; the cpu device's peak is a measured sgemm
+// rate, so it already is an achieved figure (efficiency 1).
 constexpr double kMatmulPeakEfficiency = 0.80;
 // Streaming kernels reach ~85% of datasheet HBM bandwidth (STREAM-like copy on H100/TPU);
 // the cpu device's bandwidth is measured (1).

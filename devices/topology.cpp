@@ -42,7 +42,7 @@ int64_t slice_rank(const ChipSpec& chip) {
   return 1;
 }
 
-// Wraparound rules, hardware.md:
+// Wraparound rules, docs/hardware.md:
 //  v4: an axis wraps when its size is a multiple of 4 (OCS closes rings of whole cubes).
 //  v5p: wraparound only for slices made of full 4x4x4 cubes (then on every axis).
 //  v7: 3D torus of 64-chip cubes joined by optical switches; an axis that is a whole number of

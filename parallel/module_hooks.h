@@ -1,6 +1,6 @@
 // The generic points where parallel plans attach to a model from outside: a wrapper around a
 // forward function, and a module whose forward reads its weight through a member that a plan
-// may repoint. The model (trainer/model.h) builds on these and knows nothing else of
+// may repoint. The model (trainer/model/model.h) builds on these and knows nothing else of
 // parallelism; FSDP, TP and activation checkpointing use them.
 #pragma once
 

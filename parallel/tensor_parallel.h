@@ -1,7 +1,7 @@
 // Tensor parallelism (Megatron-style column / row parallel layers), sequence parallelism and
 // loss parallelism, as differentiable collectives over the tp Communicator plus helpers that
 // shard a WeightModule. The trainer's parallelize step applies them to the model's modules
-// (which layers are column- or row-wise is the plan, trainer/parallelize.cpp).
+// (which layers are column- or row-wise is the plan, trainer/step/parallelize.cpp).
 #pragma once
 
 #include <memory>

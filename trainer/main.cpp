@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     titan::JobConfig cfg = titan::load_job_config(args);
     if (cfg.job.print_config) std::cout << titan::config_to_toml(titan::with_resolved_model(cfg)) << std::endl;
     if (cfg.simulation.enable) {
-      titan::run_simulation(cfg);  // the same step on simulated hardware (trainer/simulate.h)
+      titan::run_simulation(cfg);  // same step on simulated hardware (trainer/simulate/simulate.h)
     } else {
       titan::train(cfg);
     }

@@ -1,4 +1,4 @@
-// Tests for the chip catalog: every chip of hardware.md is present with its figures, lookups
+// Tests for the chip catalog: every chip of docs/hardware.md is present with its figures, lookups
 // fail clearly, and the cpu device comes from a calibration file.
 #include "devices/chip_catalog.h"
 #include "devices/compute_cost.h"

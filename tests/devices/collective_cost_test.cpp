@@ -110,7 +110,7 @@ TEST(CollectiveCost, AllToAllBisection) {
   Topology e = make_topology(find_chip("tpu-v5e"), 256, "16x16");
   auto c = collective_cost(e, {seg(0, 16)}, CollectiveKind::kAllToAll, 1e9);
   const double w = 2 * 0.8 * 45e9;
-  // V per participant, n V the whole array: hardware.md's V_total / (4W).
+  // V per participant, n V the whole array: docs/hardware.md's V_total / (4W).
   EXPECT_NEAR(c.bandwidth_s, 16 * V / (4 * w), kTol);
   Topology g = make_topology(find_chip("h100"), 8);
   auto s = collective_cost(g, {seg(0, 8)}, CollectiveKind::kAllToAll, 1e9);

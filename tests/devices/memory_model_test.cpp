@@ -18,7 +18,7 @@ TEST(MemoryModel, Qwen3ParameterCount) {
   EXPECT_EQ(d.layer_params(), layer);
   EXPECT_EQ(layer, 192946432);
   EXPECT_EQ(d.num_params(), 36 * layer + 2 * 151936LL * 4096 + 4096);
-  EXPECT_EQ(d.num_params(), 8190735360);  // models.md: 8.19B
+  EXPECT_EQ(d.num_params(), 8190735360);  // docs/models.md: 8.19B
 }
 
 TEST(MemoryModel, AdamWBytesPerParameter) {

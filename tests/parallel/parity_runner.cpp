@@ -1,7 +1,7 @@
 // Runs titan's Trainer for a config under any launcher and writes, from rank 0, every
 // step's loss and grad norm plus the full (gathered) final parameters to a safetensors
 // file. tests/parallel/loss_parity.py runs it single-process and on several meshes and
-// compares the files (loss parity, DESIGN.md: correctness of a parallelism).
+// compares the files (loss parity: how a parallelism proves it is correct).
 #include <cstdio>
 #include <iostream>
 

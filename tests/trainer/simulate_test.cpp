@@ -1,6 +1,6 @@
-// Simulated training on the trainer's own step (trainer/simulate.h): trace contents, fused vs
-// separate, MFU against batch, chip-count independence and bad-input errors. Fast: small
-// dims on the meta device.
+// Simulated training on the trainer's own step (trainer/simulate/simulate.h): trace contents,
+// fused vs separate, MFU against batch, chip-count independence and bad-input errors. Fast:
+// small dims on the meta device.
 #include <gtest/gtest.h>
 
 #include "common/error.h"

@@ -1,4 +1,4 @@
-// Tests for trainer/tokenizer.h: the byte tokenizer, a byte-level BPE tokenizer.json that the
+// Tests for trainer/data/tokenizer.h: the byte tokenizer, a byte-level BPE tokenizer.json that the
 // test writes (expected ids derived by hand below), error messages, and the shipped corpus.
 #include "trainer/data/tokenizer.h"
 

@@ -1,5 +1,5 @@
 // The tables of a byte-level BPE tokenizer as read from a tokenizer.json: filled by
-// trainer/bpe_load.cpp, used by the encoder/decoder in trainer/bpe_tokenizer.cpp.
+// bpe_load.cpp, used by the encoder/decoder in bpe_tokenizer.cpp (both in trainer/data/).
 #pragma once
 
 #include <array>

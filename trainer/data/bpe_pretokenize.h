@@ -1,5 +1,5 @@
 // The pre-tokenizer split patterns of byte-level BPE models (GPT-2, Llama 3 / GPT-4, Qwen2/3),
-// implemented by hand because std::regex has no \p{L}; used by trainer/bpe_tokenizer.cpp.
+// implemented by hand because std::regex has no \p{L}; used by trainer/data/bpe_tokenizer.cpp.
 #pragma once
 
 #include <cstddef>

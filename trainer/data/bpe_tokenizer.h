@@ -1,5 +1,5 @@
 // Loader for Hugging Face tokenizer.json files with a byte-level BPE model (Qwen2/Qwen3,
-// Llama 3, GPT-2 kind); used by make_tokenizer in trainer/tokenizer.cpp.
+// Llama 3, GPT-2 kind); used by make_tokenizer in trainer/data/tokenizer.cpp.
 //
 // Read from the file: model.vocab, model.merges ("a b" strings or [a, b] pairs; a merge's rank
 // is its index), model.ignore_merges, added_tokens (matched literally in the text before

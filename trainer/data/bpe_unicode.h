@@ -1,5 +1,6 @@
 // UTF-8 decoding, the Unicode classes the BPE pre-tokenizer needs (\p{L}, \p{N}, \s) and the
-// GPT-2 byte <-> unicode-symbol map; used by trainer/bpe_pretokenize.cpp and bpe_tokenizer.cpp.
+// GPT-2 byte <-> unicode-symbol map; used by bpe_pretokenize.cpp and bpe_tokenizer.cpp (both in
+// trainer/data/).
 #pragma once
 
 #include <cstddef>

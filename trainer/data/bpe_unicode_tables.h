@@ -1,5 +1,5 @@
 // Sorted code point range tables (letters, numbers) generated from Unicode data; used only by
-// trainer/bpe_unicode.cpp for is_letter / is_number.
+// trainer/data/bpe_unicode.cpp for is_letter / is_number.
 #pragma once
 
 #include <cstddef>

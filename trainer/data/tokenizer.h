@@ -24,7 +24,7 @@ class Tokenizer {
 
 // path == "" or "byte": the byte-level tokenizer (ids 0..255 are bytes, 256 is eos: 257 ids).
 // Otherwise a Hugging Face tokenizer.json holding a byte-level BPE model (Qwen2/Qwen3, Llama 3,
-// GPT-2 kind); see trainer/bpe_tokenizer.h for what is read and what is approximated.
+// GPT-2 kind); see trainer/data/bpe_tokenizer.h for what is read and what is approximated.
 // Throws a config titan::Error naming the file for a missing file, bad JSON or unsupported model.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path);
 

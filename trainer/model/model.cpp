@@ -103,7 +103,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   torch::Tensor attn;
   {
     // Profiling annotation only (no effect on the math): the simulator costs what runs in
-    // this scope as one flash-attention kernel (trainer/trace_recorder.h, kAttentionScope).
+    // this scope as one flash-attention kernel (kAttentionScope,
+    // trainer/simulate/trace_recorder.h).
     RECORD_FUNCTION("titan::attention", std::vector<c10::IValue>({q, k, v}));
     if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
       k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});

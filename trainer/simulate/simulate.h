@@ -49,7 +49,7 @@ struct SimulationResult {
   ParallelDims dims;
   std::string placement;  // Placement::describe()
   int64_t num_chips = 0, global_batch = 0, seq_len = 0, microbatches = 1;
-  double flops_per_token = 0;  // DESIGN.md section 6 (TorchTitan convention)
+  double flops_per_token = 0;  // TorchTitan's convention, docs/mfu.md
   double tokens_per_s_per_chip = 0, tflops_per_chip = 0, mfu_percent = 0;
   double peak_flops = 0;  // chip's dense bf16 peak (cpu: measured sgemm rate)
   std::string other_mode;  // the other collective mode, re-recorded and replayed

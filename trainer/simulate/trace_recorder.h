@@ -1,6 +1,6 @@
 // TraceRecorder: while alive, turns every leaf aten op this process runs (forward, backward,
 // optimizer; meta tensors welcome) and every collective the `sim` backend receives into a
-// devices::Trace for the step simulator. Used by trainer/simulate.cpp and its tests.
+// devices::Trace for the step simulator. Used by trainer/simulate/simulate.cpp and its tests.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Applies the parallel plans of the job to a Transformer from outside (TorchTitan's
 // parallelize step): FSDP / HSDP / DDP units per block plus the root, activation
-// checkpointing. Used by the train loop.
+// checkpointing. Used by the Trainer (trainer/step/trainer.cpp).
 #pragma once
 
 #include <memory>
