@@ -115,6 +115,9 @@ struct CpuCalibration {
 };
 
 // Parses the calibration text above; unknown keys and missing required keys are config errors.
+// Text without surrounding blanks and quotes (device names, calibration values).
+std::string strip_blanks_and_quotes(const std::string& s);
+
 CpuCalibration parse_cpu_calibration(const std::string& text, const std::string& origin);
 CpuCalibration load_cpu_calibration(const std::string& path);
 
