@@ -1,6 +1,7 @@
 #include "collectives/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "collectives/fusion.h"
@@ -14,15 +15,31 @@ namespace {
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// Runs fn on a contiguous flat view of t and writes the result back if t was not
-// contiguous.
-void with_flat(const at::Tensor& t, const std::function<void(const at::Tensor&)>& fn) {
+// Runs fn on t itself when it is contiguous (no copy, no new view) or on a contiguous copy
+// that is written back afterwards.
+template <typename F>
+void with_contiguous(const at::Tensor& t, F&& fn) {
+  if (t.is_contiguous()) return fn(t);
   at::Tensor c = t.contiguous();
-  fn(c.view({-1}));
-  if (!c.is_same(t)) t.copy_(c);
+  fn(c);
+  t.copy_(c);
 }
 
-at::Tensor flat_input(const at::Tensor& t) { return t.contiguous().view({-1}); }
+int group_rank_of(const std::vector<int>& ranks, int global_rank, const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  TITAN_CHECK(it != ranks.end(), "group '", name, "': global rank ", global_rank,
+              " is not a member");
+  return static_cast<int>(it - ranks.begin());
+}
+
+OpInfo member_info(const std::string& name, int size, int rank, int global_rank) {
+  OpInfo info;
+  info.group = name;
+  info.group_rank = rank;
+  info.group_size = size;
+  info.global_rank = global_rank;
+  return info;
+}
 
 }  // namespace
 
@@ -31,12 +48,10 @@ Communicator::Communicator(std::string name, std::vector<int> global_ranks, int 
     : name_(std::move(name)),
       global_ranks_(std::move(global_ranks)),
       global_rank_(global_rank),
-      options_(std::move(options)) {
-  auto it = std::find(global_ranks_.begin(), global_ranks_.end(), global_rank_);
-  TITAN_CHECK(it != global_ranks_.end(), "group '", name_, "': global rank ", global_rank_,
-              " is not a member");
-  rank_ = static_cast<int>(it - global_ranks_.begin());
-}
+      rank_(group_rank_of(global_ranks_, global_rank_, name_)),
+      options_(std::move(options)),
+      inline_blocking_(size() == 1 || !is_fused(options_)),
+      watch_(member_info(name_, size(), rank_, global_rank_), options_.train_timeout_seconds) {}
 
 Communicator::~Communicator() { stop_progress(); }
 
@@ -45,15 +60,13 @@ void Communicator::stop_progress() { progress_.reset(); }
 bool Communicator::accepts(const at::Tensor& t) const { return t.device().is_cpu(); }
 
 OpInfo Communicator::make_info(const char* op, int64_t bytes) const {
-  OpInfo info;
+  OpInfo info = watch_.who();
   info.op = op;
-  info.group = name_;
-  info.group_rank = rank_;
-  info.group_size = size();
-  info.global_rank = global_rank_;
   info.bytes = bytes;
   return info;
 }
+
+OpInfo Communicator::current_op() const { return make_info(current_op_, current_bytes_); }
 
 void Communicator::check_tensor(const char* op, const at::Tensor& t) const {
   TITAN_CHECK(t.defined(), op, " on group '", name_, "': undefined tensor");
@@ -70,33 +83,52 @@ void Communicator::check_reducible(const char* op, const at::Tensor& t) const {
 namespace {
 std::mutex observer_mu;
 CollectiveObserver observer;
+std::atomic<bool> observer_set{false};  // lets ops skip the lock when nobody observes
 }  // namespace
 
 void set_collective_observer(CollectiveObserver o) {
   std::lock_guard<std::mutex> lock(observer_mu);
   observer = std::move(o);
+  observer_set.store(static_cast<bool>(observer), std::memory_order_release);
 }
 
-void Communicator::run_watched(const OpInfo& info, const std::function<void()>& fn) {
-  {
+void Communicator::begin_op(const char* op, int64_t bytes) {
+  current_op_ = op;
+  current_bytes_ = bytes;
+  if (observer_set.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(observer_mu);
-    if (observer) observer(info);
+    if (observer) observer(make_info(op, bytes));
   }
-  WatchScope watch(info, options_.train_timeout_seconds);
-  current_op_ = info;
+  watch_.begin(op, bytes);
+}
+
+template <typename F>
+void Communicator::run_watched(const char* op, int64_t bytes, F& fn) {
+  begin_op(op, bytes);
+  struct End {
+    Communicator* c;
+    ~End() { c->end_op(); }
+  } end{this};
   fn();
+}
+
+template <typename F>
+WorkPtr Communicator::issue(const char* op, int64_t bytes, F&& fn) {
+  if (!inline_blocking_) return submit(make_info(op, bytes), std::forward<F>(fn));
+  run_watched(op, bytes, fn);
+  return Work::completed();
 }
 
 WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
   if (size() == 1 || !is_fused(options_)) {
-    run_watched(info, fn);
+    run_watched(info.op.c_str(), info.bytes, fn);
     return Work::completed();
   }
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
   auto work = std::make_shared<AsyncWork>();
   progress_->post([this, info = std::move(info), fn = std::move(fn), work] {
     try {
-      run_watched(info, fn);
+      run_watched(info.op.c_str(), info.bytes, fn);
       work->mark_done();
     } catch (...) {
       work->mark_failed(std::current_exception());
@@ -110,8 +142,8 @@ WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
 WorkPtr Communicator::all_reduce(const at::Tensor& t, ReduceOp op) {
   check_reducible("all_reduce", t);
   if (size() == 1) return Work::completed();  // sum, avg and max of one value are the value
-  return submit(make_info("all_reduce", nbytes(t)), [this, t, op] {
-    with_flat(t, [&](const at::Tensor& flat) { run_all_reduce(flat, op); });
+  return issue("all_reduce", nbytes(t), [this, t, op] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_all_reduce(c, op); });
   });
 }
 
@@ -127,9 +159,9 @@ WorkPtr Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) {
     out.view_as(in).copy_(in);
     return Work::completed();
   }
-  return submit(make_info("all_gather", nbytes(out)), [this, out, in] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_all_gather(flat_out, flat_in); });
+  return issue("all_gather", nbytes(out), [this, out, in] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_all_gather(c_out, c_in); });
   });
 }
 
@@ -146,9 +178,9 @@ WorkPtr Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& in
     out.copy_(in.view_as(out));
     return Work::completed();
   }
-  return submit(make_info("reduce_scatter", nbytes(in)), [this, out, in, op] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_reduce_scatter(flat_out, flat_in, op); });
+  return issue("reduce_scatter", nbytes(in), [this, out, in, op] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_reduce_scatter(c_out, c_in, op); });
   });
 }
 
@@ -157,8 +189,8 @@ WorkPtr Communicator::broadcast(const at::Tensor& t, int root) {
   TITAN_CHECK(root >= 0 && root < size(), "broadcast on group '", name_, "': root ", root,
               " out of range [0, ", size(), ")");
   if (size() == 1) return Work::completed();
-  return submit(make_info("broadcast", nbytes(t)), [this, t, root] {
-    with_flat(t, [&](const at::Tensor& flat) { run_broadcast(flat, root); });
+  return issue("broadcast", nbytes(t), [this, t, root] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_broadcast(c, root); });
   });
 }
 
@@ -174,9 +206,9 @@ WorkPtr Communicator::all_to_all(const at::Tensor& out, const at::Tensor& in) {
     out.copy_(in.view_as(out));
     return Work::completed();
   }
-  return submit(make_info("all_to_all", nbytes(in)), [this, out, in] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_all_to_all(flat_out, flat_in); });
+  return issue("all_to_all", nbytes(in), [this, out, in] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_all_to_all(c_out, c_in); });
   });
 }
 
@@ -185,9 +217,7 @@ WorkPtr Communicator::send(const at::Tensor& t, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size() && dst != rank_, "send on group '", name_,
               "': destination ", dst, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "send on group '", name_, "': tag must be >= 0, got ", tag);
-  return submit(make_info("send", nbytes(t)), [this, t, dst, tag] {
-    run_send(flat_input(t), dst, tag);
-  });
+  return issue("send", nbytes(t), [this, t, dst, tag] { run_send(t.contiguous(), dst, tag); });
 }
 
 WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
@@ -195,14 +225,14 @@ WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
   TITAN_CHECK(src >= 0 && src < size() && src != rank_, "recv on group '", name_, "': source ",
               src, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "recv on group '", name_, "': tag must be >= 0, got ", tag);
-  return submit(make_info("recv", nbytes(t)), [this, t, src, tag] {
-    with_flat(t, [&](const at::Tensor& flat) { run_recv(flat, src, tag); });
+  return issue("recv", nbytes(t), [this, t, src, tag] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_recv(c, src, tag); });
   });
 }
 
 WorkPtr Communicator::barrier() {
   if (size() == 1) return Work::completed();
-  return submit(make_info("barrier", 0), [this] { run_barrier(); });
+  return issue("barrier", 0, [this] { run_barrier(); });
 }
 
 // ---- list ops: one collective per tensor (separate) or per bucket (fused) ----
@@ -248,7 +278,7 @@ WorkPtr Communicator::all_reduce(const std::vector<at::Tensor>& ts, ReduceOp op)
         flat.narrow(0, off, ts[i].numel()).copy_(ts[i].reshape({-1}));
         off += ts[i].numel();
       }
-      current_op_.bytes = nbytes(flat);
+      current_bytes_ = nbytes(flat);
       run_all_reduce(flat, op);
       off = 0;
       for (auto i : bucket) {
@@ -298,7 +328,7 @@ WorkPtr Communicator::all_gather(const std::vector<at::Tensor>& outs,
         off += ins[i].numel();
       }
       at::Tensor flat_out = at::empty({n * m}, opts);
-      current_op_.bytes = nbytes(flat_out);
+      current_bytes_ = nbytes(flat_out);
       run_all_gather(flat_out, flat_in);
       at::Tensor by_rank = flat_out.view({n, m});
       off = 0;
@@ -352,7 +382,7 @@ WorkPtr Communicator::reduce_scatter(const std::vector<at::Tensor>& outs,
         off += k;
       }
       at::Tensor flat_out = at::empty({m}, opts);
-      current_op_.bytes = nbytes(flat_in);
+      current_bytes_ = nbytes(flat_in);
       run_reduce_scatter(flat_out, flat_in, op);
       off = 0;
       for (auto i : bucket) {
