@@ -52,17 +52,11 @@ void abort_job(const std::string& message) {
 }
 
 Watchdog& Watchdog::instance() {
-  static Watchdog dog;
-  return dog;
-}
-
-Watchdog::~Watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // Never destroyed: a communicator held by a static object may be destroyed after any
+  // static watchdog would be, and its slot unregisters then. The thread ends with the
+  // process.
+  static Watchdog* dog = new Watchdog;
+  return *dog;
 }
 
 void Watchdog::add(WatchSlot* slot) {
@@ -77,12 +71,12 @@ void Watchdog::remove(WatchSlot* slot) {
 
 void Watchdog::start_thread() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!thread_.joinable() && !stop_) thread_ = std::thread([this] { loop(); });
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
 void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
+  for (;;) {
     // Polling at 100 ms keeps the abort within timeout + a fraction of a second without
     // having to wake the thread on every op.
     cv_.wait_for(lock, std::chrono::milliseconds(100));
@@ -96,8 +90,6 @@ void Watchdog::loop() {
   }
 }
 
-// The slot is registered before anything can begin on it, and the Watchdog is created
-// first (instance() below), so it is destroyed after every slot of a static object.
 WatchSlot::WatchSlot(OpInfo who, double timeout_s) : who_(std::move(who)), timeout_s_(timeout_s) {
   Watchdog::instance().add(this);
 }

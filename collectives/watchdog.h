@@ -77,7 +77,6 @@ class WatchSlot {
 class Watchdog {
  public:
   static Watchdog& instance();
-  ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
@@ -98,8 +97,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<WatchSlot*> slots_;
-  bool stop_ = false;
-  std::thread thread_;  // joined by the destructor
+  std::thread thread_;
 };
 
 // RAII: watches the enclosing scope's op (group creation, rendezvous).
