@@ -4,7 +4,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "collectives/fusion.h"
+#include "collectives/contiguous.h"
 #include "collectives/progress_thread.h"
 #include "collectives/reduce_kernels.h"
 #include "common/error.h"
@@ -12,18 +12,6 @@
 namespace titan {
 
 namespace {
-
-int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
-// Runs fn on t itself when it is contiguous (no copy, no new view) or on a contiguous copy
-// that is written back afterwards.
-template <typename F>
-void with_contiguous(const at::Tensor& t, F&& fn) {
-  if (t.is_contiguous()) return fn(t);
-  at::Tensor c = t.contiguous();
-  fn(c);
-  t.copy_(c);
-}
 
 int group_rank_of(const std::vector<int>& ranks, int global_rank, const std::string& name) {
   auto it = std::find(ranks.begin(), ranks.end(), global_rank);
@@ -233,164 +221,6 @@ WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
 WorkPtr Communicator::barrier() {
   if (size() == 1) return Work::completed();
   return issue("barrier", 0, [this] { run_barrier(); });
-}
-
-// ---- list ops: one collective per tensor (separate) or per bucket (fused) ----
-
-namespace {
-
-// Runs every Work of a separate-mode loop; they are complete already.
-WorkPtr all_done(const std::vector<WorkPtr>& works) {
-  for (auto& w : works) w->wait();
-  return Work::completed();
-}
-
-int64_t cap_bytes(const CommOptions& o) {
-  return std::max<int64_t>(1, static_cast<int64_t>(o.bucket_cap_mb * 1024 * 1024));
-}
-
-}  // namespace
-
-WorkPtr Communicator::all_reduce(const std::vector<at::Tensor>& ts, ReduceOp op) {
-  for (const auto& t : ts) check_reducible("all_reduce", t);
-  if (ts.empty() || size() == 1) return Work::completed();
-  if (!is_fused(options_)) {
-    std::vector<WorkPtr> works;
-    for (const auto& t : ts) works.push_back(all_reduce(t, op));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  for (const auto& t : ts) {
-    bytes.push_back(nbytes(t));
-    dtypes.push_back(t.scalar_type());
-  }
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  int64_t total = 0;
-  for (auto b : bytes) total += b;
-  return submit(make_info("all_reduce", total), [this, ts, op, buckets] {
-    for (const auto& bucket : buckets) {
-      int64_t numel = 0;
-      for (auto i : bucket) numel += ts[i].numel();
-      at::Tensor flat = at::empty({numel}, ts[bucket[0]].options());
-      int64_t off = 0;
-      for (auto i : bucket) {
-        flat.narrow(0, off, ts[i].numel()).copy_(ts[i].reshape({-1}));
-        off += ts[i].numel();
-      }
-      current_bytes_ = nbytes(flat);
-      run_all_reduce(flat, op);
-      off = 0;
-      for (auto i : bucket) {
-        ts[i].copy_(flat.narrow(0, off, ts[i].numel()).view(ts[i].sizes()));
-        off += ts[i].numel();
-      }
-    }
-  });
-}
-
-WorkPtr Communicator::all_gather(const std::vector<at::Tensor>& outs,
-                                 const std::vector<at::Tensor>& ins) {
-  TITAN_CHECK(outs.size() == ins.size(), "all_gather on group '", name_, "': ", outs.size(),
-              " outputs for ", ins.size(), " inputs");
-  if (!is_fused(options_) || size() == 1) {
-    std::vector<WorkPtr> works;
-    for (size_t i = 0; i < ins.size(); ++i) works.push_back(all_gather(outs[i], ins[i]));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  int64_t total = 0;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    check_tensor("all_gather", outs[i]);
-    check_tensor("all_gather", ins[i]);
-    TITAN_CHECK(outs[i].scalar_type() == ins[i].scalar_type() &&
-                    outs[i].numel() == size() * ins[i].numel(),
-                "all_gather on group '", name_, "': tensor ", i, ": out ", outs[i].numel(), " ",
-                outs[i].scalar_type(), " must be group size ", size(), " x in ", ins[i].numel(),
-                " ", ins[i].scalar_type());
-    bytes.push_back(nbytes(outs[i]));
-    dtypes.push_back(ins[i].scalar_type());
-    total += bytes.back();
-  }
-  if (ins.empty()) return Work::completed();
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  const int64_t n = size();
-  return submit(make_info("all_gather", total), [this, outs, ins, buckets, n] {
-    for (const auto& bucket : buckets) {
-      int64_t m = 0;  // elements per rank in this bucket
-      for (auto i : bucket) m += ins[i].numel();
-      auto opts = ins[bucket[0]].options();
-      at::Tensor flat_in = at::empty({m}, opts);
-      int64_t off = 0;
-      for (auto i : bucket) {
-        flat_in.narrow(0, off, ins[i].numel()).copy_(ins[i].reshape({-1}));
-        off += ins[i].numel();
-      }
-      at::Tensor flat_out = at::empty({n * m}, opts);
-      current_bytes_ = nbytes(flat_out);
-      run_all_gather(flat_out, flat_in);
-      at::Tensor by_rank = flat_out.view({n, m});
-      off = 0;
-      for (auto i : bucket) {
-        const int64_t k = ins[i].numel();
-        outs[i].copy_(by_rank.narrow(1, off, k).reshape(outs[i].sizes()));
-        off += k;
-      }
-    }
-  });
-}
-
-WorkPtr Communicator::reduce_scatter(const std::vector<at::Tensor>& outs,
-                                     const std::vector<at::Tensor>& ins, ReduceOp op) {
-  TITAN_CHECK(outs.size() == ins.size(), "reduce_scatter on group '", name_, "': ", outs.size(),
-              " outputs for ", ins.size(), " inputs");
-  if (!is_fused(options_) || size() == 1) {
-    std::vector<WorkPtr> works;
-    for (size_t i = 0; i < ins.size(); ++i) works.push_back(reduce_scatter(outs[i], ins[i], op));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  int64_t total = 0;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    check_reducible("reduce_scatter", outs[i]);
-    check_reducible("reduce_scatter", ins[i]);
-    TITAN_CHECK(outs[i].scalar_type() == ins[i].scalar_type() &&
-                    ins[i].numel() == size() * outs[i].numel(),
-                "reduce_scatter on group '", name_, "': tensor ", i, ": in ", ins[i].numel(),
-                " ", ins[i].scalar_type(), " must be group size ", size(), " x out ",
-                outs[i].numel(), " ", outs[i].scalar_type());
-    bytes.push_back(nbytes(ins[i]));
-    dtypes.push_back(ins[i].scalar_type());
-    total += bytes.back();
-  }
-  if (ins.empty()) return Work::completed();
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  const int64_t n = size();
-  return submit(make_info("reduce_scatter", total), [this, outs, ins, buckets, n, op] {
-    for (const auto& bucket : buckets) {
-      int64_t m = 0;  // output elements per rank in this bucket
-      for (auto i : bucket) m += outs[i].numel();
-      auto opts = ins[bucket[0]].options();
-      at::Tensor flat_in = at::empty({n * m}, opts);
-      at::Tensor by_rank = flat_in.view({n, m});
-      int64_t off = 0;
-      for (auto i : bucket) {
-        const int64_t k = outs[i].numel();
-        by_rank.narrow(1, off, k).copy_(ins[i].reshape({n, k}));
-        off += k;
-      }
-      at::Tensor flat_out = at::empty({m}, opts);
-      current_bytes_ = nbytes(flat_in);
-      run_reduce_scatter(flat_out, flat_in, op);
-      off = 0;
-      for (auto i : bucket) {
-        outs[i].copy_(flat_out.narrow(0, off, outs[i].numel()).view(outs[i].sizes()));
-        off += outs[i].numel();
-      }
-    }
-  });
 }
 
 }  // namespace titan

@@ -117,6 +117,11 @@ class Communicator {
   }
   void check_tensor(const char* op, const at::Tensor& t) const;
   void check_reducible(const char* op, const at::Tensor& t) const;
+  // Checks the (out, in) pairs of a list all_gather (out is the larger) or reduce_scatter
+  // (in is); returns each pair's bucket bytes (the larger tensor) and appends its dtype.
+  std::vector<int64_t> check_pairs(const char* op, const std::vector<at::Tensor>& outs,
+                                   const std::vector<at::Tensor>& ins,
+                                   std::vector<at::ScalarType>* dtypes) const;
 
   std::string name_;
   std::vector<int> global_ranks_;
