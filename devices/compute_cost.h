@@ -58,7 +58,9 @@ OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, in
 // What a run of ops becomes on the device.
 struct Kernel {
   std::string category;  // op_kind_name of its main op
-  double exec_s = 0;     // roofline time of the math / memory traffic
+  double exec_s = 0;     // roofline time of the math / memory traffic (of the two below)
+  double compute_s = 0;  // the math alone at the matrix / vector rate
+  double memory_s = 0;   // the HBM traffic alone
   double launch_s = 0;   // device-side per-kernel overhead (program / kernel launch gap)
   double host_s = 0;     // host dispatch of the ops it holds
   double flops = 0;      // FLOPs it executes (attention: causal-skipped FLOPs not counted)
@@ -83,8 +85,8 @@ class ComputeModel {
  public:
   ComputeModel(const ChipSpec& chip, ExecutionMode mode);
 
-  // Fraction of peak a matmul of this shape reaches (kMatmulPeakEfficiency x tile padding x
-  // wave quantization).
+  // Fraction of the datasheet peak a matmul of this shape reaches (sustained clock x tile
+  // padding x wave quantization against the chip's matrix units).
   double matmul_efficiency(const MatmulShape& s) const;
   // max(flops / (peak * efficiency), bytes / (hbm_bw * hbm_efficiency)) for one op, unfused.
   double roofline_s(const OpDesc& op) const;
@@ -93,11 +95,17 @@ class ComputeModel {
 
   // Lowers ops that run back to back (no collective in between) into kernels.
   std::vector<Kernel> lower(const std::vector<OpDesc>& ops) const;
+  // The fraction of its speed a kernel keeps while a collective runs beside it.
+  double rate_under_comm(const Kernel& k) const;
 
   const ExecutionOverheads& overheads() const { return overheads_; }
   const ChipSpec& chip() const { return chip_; }
 
  private:
+  struct KernelTime {
+    double compute_s = 0, memory_s = 0;
+  };
+  KernelTime kernel_time(const OpDesc& op) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;
@@ -105,8 +113,6 @@ class ComputeModel {
   ChipSpec chip_;
   ExecutionMode mode_;
   ExecutionOverheads overheads_;
-  double matmul_peak_efficiency_;
-  double hbm_efficiency_;
 };
 
 }  // namespace titan::devices

@@ -65,10 +65,9 @@ struct SimulationOptions {
   double separate_launch_s = -1;
 };
 
-// Fixed cost per collective in separate mode. TorchTPU compiles each collective into its own
-// module: a program launch (~10-20 us on TPU runtimes) plus the implicit cross-chip
-// rendezvous before data moves; GPU: a standalone NCCL launch + stream synchronisation; cpu:
-// the per-op framework overhead.
+// Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:
+// its own program launch plus the implicit cross-chip rendezvous; GPU: a standalone NCCL
+// launch and stream synchronisation); cpu: the measured per-op framework overhead.
 double separate_launch_s(const ChipSpec& chip);
 
 struct CostItem {
