@@ -87,7 +87,7 @@ struct ChipSpec {
   double compiled_host_per_op_s = 0, compiled_launch_s = 0;
   double separate_collective_launch_s = 0;
 
-  // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default):
+  // Per-op overhead on a host CPU (measured for the cpu device; 0 elsewhere):
   // an op that runs a kernel (dispatch, output allocation, autograd node, its backward), and a
   // metadata-only op (view, transpose, reshape: no kernel, no buffer).
   double cpu_op_overhead_s = 0;

@@ -68,8 +68,8 @@ struct Kernel {
   int64_t ops = 0;       // recorded ops folded into it
 };
 
-// Per-op and per-kernel overheads of an execution mode on a device family (documented in
-// compute_cost.cpp).
+// Per-op and per-kernel overheads of an execution mode on a chip (its [dispatch] figures; the
+// cpu device's are measured, see compute_cost.cpp).
 struct ExecutionOverheads {
   double host_per_op_s = 0;       // host work per recorded op (dispatch / tracing)
   double host_per_view_s = 0;     // the same for a metadata-only op (= host_per_op_s except

@@ -60,7 +60,7 @@ class Trace {
 struct SimulationOptions {
   ExecutionMode execution = ExecutionMode::kDeferAndFuse;
   CollectiveMode collective_mode = CollectiveMode::kFused;
-  // Fixed cost of a collective run as its own unit (separate mode); < 0: family default
+  // Fixed cost of a collective run as its own unit (separate mode); < 0: the chip's
   // (separate_launch_s).
   double separate_launch_s = -1;
 };
