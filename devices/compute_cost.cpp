@@ -269,6 +269,52 @@ double ComputeModel::rate_under_comm(const Kernel& k) const {
   return alone > 0 && shared > alone ? alone / shared : 1.0;
 }
 
+// HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
+// With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
+// it (and not from the epilogue's accumulators), and written if an op after the kernel reads
+// it (saved for backward, the residual stream) or none in the step does (parameters, the
+// optimizer's state). Without it (synthetic traces), each op is assumed to consume its
+// predecessor's output in registers and only the chain's last output is written:
+//   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+double ComputeModel::fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j,
+                                 const OpDesc* mm) const {
+  bool flow = true;
+  for (size_t x = i; x < j; ++x)
+    flow &= ops[x].kind == OpKind::kView ||
+            (ops[x].index >= 0 && !(ops[x].reads.empty() && ops[x].writes.empty()));
+  double reads = 0, writes = 0;
+  if (flow) {
+    const int64_t first = ops[i].index, last = ops[j - 1].index;
+    std::vector<int64_t> seen;
+    for (size_t x = i; x < j; ++x) {
+      const OpDesc& f = ops[x];
+      if (f.kind == OpKind::kView) continue;
+      for (size_t r = 0; r < f.reads.size(); ++r) {
+        const int64_t from = f.read_from[r];
+        if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
+        if (std::find(seen.begin(), seen.end(), f.reads[r].id) != seen.end()) continue;
+        seen.push_back(f.reads[r].id);
+        reads += static_cast<double>(f.reads[r].bytes);
+      }
+      for (size_t w = 0; w < f.writes.size(); ++w)
+        if (f.last_read_by[w] < 0 || f.last_read_by[w] > last)
+          writes += static_cast<double>(f.writes[w].bytes);
+    }
+    return reads + writes;
+  }
+  int64_t prev_written = -1;
+  for (size_t x = i; x < j; ++x) {
+    const OpDesc& f = ops[x];
+    if (f.kind == OpKind::kView) continue;
+    reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
+                              : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
+    prev_written = f.bytes_written;
+    writes = static_cast<double>(f.bytes_written);
+  }
+  if (mm) reads = std::max(0.0, reads - static_cast<double>(mm->bytes_written));
+  return reads + writes;
+}
+
 std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
   std::vector<Kernel> out;
   const ExecutionOverheads& o = overheads_;
@@ -295,14 +341,11 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       ++i;
       continue;
     }
-    // A chain of fusable ops becomes one kernel. Without tensor identities we assume each op
-    // consumes its predecessor's output in registers: an op's reads beyond the previous
-    // output come from HBM, and only the chain's last output is written back.
-    //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+    // A chain of fusable ops becomes one kernel.
     Kernel k;
     k.category = "elementwise";
-    double reads = 0, flops = 0;
-    int64_t prev_written = -1, last_written = 0, real_ops = 0;
+    double flops = 0;
+    int64_t real_ops = 0;
     bool has_reduction = false;
     size_t j = i;
     for (; j < ops.size() && fusable(ops[j].kind); ++j) {
@@ -312,25 +355,20 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       if (f.kind == OpKind::kView) continue;
       ++real_ops;
       has_reduction |= f.kind == OpKind::kReduction;
-      reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
-                                : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
-      prev_written = f.bytes_written;
-      last_written = f.bytes_written;
       flops += f.flops;
     }
     if (has_reduction) k.category = "reduction";
     // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
     // matmul's accumulators, not from HBM, and needs no launch of its own.
-    bool epilogue = o.fuse_epilogue && !out.empty() && i > 0 &&
-                    (ops[i - 1].kind == OpKind::kMatmul);
-    if (epilogue) reads = std::max(0.0, reads - static_cast<double>(ops[i - 1].bytes_written));
-    double bytes = reads + static_cast<double>(last_written);
+    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1].kind == OpKind::kMatmul
+                           ? &ops[i - 1] : nullptr;
+    const double bytes = fused_bytes(ops, i, j, mm);
     k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
     k.memory_s = memory_s(bytes);
     k.exec_s = combine(k.compute_s, k.memory_s);
     k.bytes = static_cast<int64_t>(bytes);
     k.flops = flops;
-    k.launch_s = (real_ops == 0 || epilogue) ? 0 : o.launch_per_kernel_s;
+    k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
     out.push_back(k);
     i = j;
   }

@@ -38,7 +38,14 @@ struct AttentionShape {
   bool backward = false;  // the backward kernel (dQ, dK, dV), ~2.5x the forward FLOPs
 };
 
-// One recorded op. The recorder fills kind, shapes and bytes; helpers below fill the rest.
+// A tensor an op reads or writes, by identity (the recorder uses its storage), with its bytes.
+struct TensorUse {
+  int64_t id = 0;
+  int64_t bytes = 0;
+};
+
+// One recorded op. The recorder fills kind, shapes, bytes and (when it can) the tensors it
+// reads and writes; helpers below fill the rest.
 struct OpDesc {
   std::string name;  // aten name, for reports
   OpKind kind = OpKind::kOther;
@@ -48,6 +55,13 @@ struct OpDesc {
   MatmulShape mm;             // kMatmul
   AttentionShape attn;        // kAttention
   int64_t dtype_bytes = 2;    // element size of the compute dtype
+  std::vector<TensorUse> reads, writes;
+  // Data flow, filled by Trace::compute: the op's position among the step's ops; per read,
+  // the position of the op that wrote it (-1: written before the step or by no recorded
+  // op); per write, the position of the last op that reads it before it is overwritten
+  // (-1: none in the step). Fusion uses it to decide which tensors must reach HBM.
+  int64_t index = -1;
+  std::vector<int64_t> read_from, last_read_by;
 };
 
 OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);
@@ -106,6 +120,7 @@ class ComputeModel {
     double compute_s = 0, memory_s = 0;
   };
   KernelTime kernel_time(const OpDesc& op) const;
+  double fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j, const OpDesc* mm) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,7 +54,13 @@ class Trace {
   size_t size() const { return events_.size(); }
 
  private:
+  struct Writer {
+    int64_t op = -1;  // index of the op that last wrote the tensor
+    size_t slot = 0;  // which of its writes
+  };
   std::vector<TraceEvent> events_;
+  std::vector<size_t> op_event_;  // event position of each compute op
+  std::unordered_map<int64_t, Writer> writer_;
   int64_t next_work_ = 0;
 };
 
