@@ -156,6 +156,18 @@ with open(out, "w") as f:
             f"{q['peak_memory_gib_per_chip']:.1f} GiB/chip, exposed communication "
             f"{q['exposed_comm_s']:.3f} s; largest costs: " +
             ", ".join(f"{c['category']} {c['seconds']:.3f} s" for c in q["costs"][:5]) + ".\n")
+    f.write("\n## What the model does not know (the likely sources of the remaining error)\n\n"
+            "- Sustained clocks are known only for the H100 family (measured on an H200, and "
+            "derived from it\n  for the 500 W part); TPUs, Trainium, A100 and B200 are assumed "
+            "to hold the clock their\n  datasheet peak is quoted at, so their large matmuls run "
+            "at the whole peak (after tile and\n  wave losses). No public figure says how much "
+            "of its peak a TPU v7 sustains.\n"
+            "- Flash-attention efficiency relative to a GEMM (0.9 forward, 0.75 backward) comes "
+            "from GPU\n  papers; TPU splash attention and Neuron kernels have no published "
+            "figure.\n"
+            "- FSDP's copy-in / copy-out kernels are not in the recorded step; pipeline "
+            "parallelism is not\n  implemented, so published runs that use it cannot be "
+            "expressed.\n")
     f.write("\n## The cpu device against real runs on this host\n\n")
     if cpu_table and os.path.exists(cpu_table):
         f.write("`launch/validate-cpu-sim 10 2` as run by this command:\n\n```\n" +
