@@ -139,7 +139,7 @@ with open(out, "w") as f:
                       for v, x in vendors.items()) +
             ". Target (issue 12): MAE <= 10%, worst <= 25%, per-vendor signed mean within "
             "+-5%. No published run on Trainium is known to the project, so AWS has no row.\n\n")
-    f.write("Sources and runs (overrides of configs/qwen3_8b.toml):\n\n")
+    f.write("Sources (see docs/hardware.md) and runs (overrides of configs/qwen3_8b.toml):\n\n")
     for r in rows:
         if r["kind"] != "same":
             f.write(f"- {r['what']}: {r['source']}. Run: `{r['run']}`\n")
