@@ -130,6 +130,8 @@ Registry make_registry(JobConfig& c) {
         "physical topology such as 16x16x32 (\"\": automatic)");
   r.add("simulation", "execution", &c.simulation.execution,
         "how ops are dispatched on the device");
+  r.add("simulation", "chip_file", &c.simulation.chip_file, "TOML file adding a chip");
+  r.add("simulation", "allow_oom", &c.simulation.allow_oom, "report a layout that does not fit");
   return r;
 }
 

@@ -121,6 +121,8 @@ struct SimulationSection {
   int64_t num_chips = 8192;
   std::string topology = "";  // "" : chosen automatically
   Execution execution = Execution::kDeferAndFuse;
+  std::string chip_file = "";  // a chip data file that adds or overrides a catalog chip
+  bool allow_oom = false;      // report a layout that does not fit instead of refusing it
 };
 
 struct JobConfig {
