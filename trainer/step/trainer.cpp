@@ -95,6 +95,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   auto opts = torch::TensorOptions().dtype(
       fp32_masters ? torch::kFloat32 : dtype_named(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
+  model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
   parallel_ = parallelize(model_, *mesh_, cfg_);
