@@ -44,9 +44,11 @@ TITAN_INLINE void rms_forward_rows(const T* x, const T* w, T* y, T* rstd, int64_
   }
 }
 
-// dn = dy * w, n = x * rstd: dx = rstd * (dn - n * mean(dn * n)); dw += dy * n.
+// dn = dy * w, n = x * rstd: dx = rstd * (dn - n * mean(dn * n)); dw += dy * n, summed in
+// double: the sum runs over every row (token, or token x head for QK-norms), and its rounding
+// would otherwise grow with the row count.
 template <typename T>
-TITAN_INLINE void rms_backward_rows(const T* x, const T* w, const T* dy, const T* rstd, T* dx, T* dw,
+TITAN_INLINE void rms_backward_rows(const T* x, const T* w, const T* dy, const T* rstd, T* dx, double* dw,
                                     int64_t n, int64_t begin, int64_t end) {
   constexpr int L = lanes<T>;
   for (int64_t r = begin; r < end; ++r) {
@@ -63,11 +65,11 @@ TITAN_INLINE void rms_backward_rows(const T* x, const T* w, const T* dy, const T
     for (j = 0; j + L <= n; j += L) {
       const auto xv = load<T>(xr + j), gv = load<T>(gr + j);
       store<T>(dxr + j, (gv * load<T>(w + j) - xv * c) * s);
-      store<T>(dw + j, load<T>(dw + j) + gv * (xv * s));
+      accumulate_f64<T>(dw + j, gv * (xv * s));
     }
     for (; j < n; ++j) {
       dxr[j] = (gr[j] * w[j] - xr[j] * c) * s;
-      dw[j] += gr[j] * (xr[j] * s);
+      dw[j] += double(gr[j] * (xr[j] * s));
     }
   }
 }
@@ -104,11 +106,12 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     // One weight-gradient row per chunk of rows, summed after the parallel loop.
     const int64_t grain = row_grain(n);
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), (rows + grain - 1) / grain));
-    auto dw_parts = torch::zeros({chunks, n}, x.options());
+    auto dw_parts = torch::zeros({chunks, n}, x.options().dtype(torch::kFloat64));
     dispatch_float(x, [&](auto tag) {
       using T = decltype(tag);
       const T *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>(), *gp = dy.data_ptr<T>(), *sp = rstd.data_ptr<T>();
-      T *dxp = dx.data_ptr<T>(), *dwp = dw_parts.data_ptr<T>();
+      T* dxp = dx.data_ptr<T>();
+      double* dwp = dw_parts.data_ptr<double>();
       const int64_t per = (rows + chunks - 1) / chunks;
       at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c) {
@@ -116,7 +119,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
         }
       });
     });
-    auto dw = chunks == 1 ? dw_parts[0] : dw_parts.sum(0);
+    auto dw = (chunks == 1 ? dw_parts[0] : dw_parts.sum(0)).to(x.scalar_type());
     return {dx, dw, torch::Tensor()};
   }
 };

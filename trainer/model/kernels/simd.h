@@ -86,6 +86,15 @@ TITAN_INLINE vec_t<T> vmax(vec_t<T> a, vec_t<T> b) {
   return a > b ? a : b;
 }
 
+// acc[0 .. lanes) += v, accumulated in double (for sums over many rows).
+template <typename T>
+TITAN_INLINE void accumulate_f64(double* acc, vec_t<T> v) {
+  for (int h = 0; h < lanes<T>; h += 4) {
+    const f64x4 d = {double(v[h]), double(v[h + 1]), double(v[h + 2]), double(v[h + 3])};
+    store<double>(acc + h, load<double>(acc + h) + d);
+  }
+}
+
 // e^x for float lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7
 // (truncation below 6e-9 relative, under half a float ulp), times 2^n built in the exponent
 // bits. x < -87.3 (-inf included) gives 0, x > 88 +inf (float overflows near 88.7), NaN
