@@ -18,6 +18,15 @@ View<T> view_of(const torch::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// This thread's scratch for the task bodies: grown to the largest request and kept, so that a
+// training step whose shapes repeat allocates none.
+template <typename T>
+T* thread_scratch(int64_t n) {
+  thread_local std::vector<T> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 torch::Tensor last_dim_contiguous(const torch::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
 
 // [B, H, S, D] view of fresh [B, S, H, D] memory.
@@ -38,9 +47,9 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
       const View<T> qv = view_of<T>(q), kv = view_of<T>(k), vv = view_of<T>(v), ov = view_of<T>(o);
       T* lp = lse.data_ptr<T>();
       at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
-        std::vector<T> ws(forward_workspace(shape));
+        T* ws = thread_scratch<T>(forward_workspace(shape));
         for (int64_t task = begin; task < end; ++task) {
-          attention_forward_task<T>(shape, qv, kv, vv, ov, lp, task, ws.data());
+          attention_forward_task<T>(shape, qv, kv, vv, ov, lp, task, ws);
         }
       });
     });
@@ -63,9 +72,9 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
                     gv = view_of<T>(dout), dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const T* lp = lse.data_ptr<T>();
       at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
-        std::vector<T> ws(backward_workspace(shape));
+        T* ws = thread_scratch<T>(backward_workspace(shape));
         for (int64_t task = begin; task < end; ++task) {
-          attention_backward_task<T>(shape, qv, kv, vv, ov, gv, lp, dqv, dkv, dvv, task, ws.data());
+          attention_backward_task<T>(shape, qv, kv, vv, ov, gv, lp, dqv, dkv, dvv, task, ws);
         }
       });
     });

@@ -119,7 +119,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
         }
       });
     });
-    auto dw = (chunks == 1 ? dw_parts[0] : dw_parts.sum(0)).to(x.scalar_type());
+    auto dw = (chunks == 1 ? dw_parts.view({n}) : dw_parts.sum(0)).to(x.scalar_type());
     return {dx, dw, torch::Tensor()};
   }
 };
