@@ -64,6 +64,8 @@ Registry make_registry(JobConfig& c) {
         "dtype of gradient reduction");
   r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
   r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
+  r.add("training", "fused_kernels", &c.training.fused_kernels,
+        "fused CPU kernels for RMSNorm, SwiGLU, RoPE, attention and cross entropy (false: composite ATen ops)");
   r.add("training", "threads", &c.training.threads, 0, 4096,
         "intra-op threads per rank (0: cores / ranks on this host)");
 

@@ -64,6 +64,7 @@ struct TrainingSection {
   Dtype mixed_precision_reduce = Dtype::kFloat32;
   int64_t seed = 0;
   bool deterministic = false;
+  bool fused_kernels = true;  // false: composite ATen ops (trainer/model/kernels/fused_kernels.h)
   int64_t threads = 0;  // 0: cores on this host divided by the ranks on this host
 };
 

@@ -25,11 +25,6 @@ double all_reduce_sum(Communicator& group, double v) {
   return t.item<double>();
 }
 
-double squared_sum(const torch::Tensor& t) {
-  auto sq = t.to(torch::kFloat64).pow(2).sum();
-  return t.is_meta() ? 0.0 : sq.item<double>();
-}
-
 }  // namespace
 
 int choose_threads(const JobConfig& cfg) {
@@ -108,6 +103,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   auto opts = torch::TensorOptions().dtype(
       fp32_masters ? torch::kFloat32 : scalar_type(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
+  model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
   parallel_ = parallelize(model_, *mesh_, cfg_);
@@ -134,9 +130,7 @@ double Trainer::global_grad_sq_norm() {
   for (auto& p : parallel_.tp_sharded) {
     if (p.grad().defined()) sharded += squared_sum(p.grad());
   }
-  for (auto& p : params_) {
-    if (p.param.grad().defined()) all += squared_sum(p.param.grad());
-  }
+  all = optimizer_->grad_sq_norm();
   const double replicated = all - sharded;
   const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
   return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
@@ -203,9 +197,9 @@ Trainer::StepResult Trainer::train_step() {
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
   r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
   r.grad_norm = std::sqrt(global_grad_sq_norm());
-  clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
-  optimizer_->step(r.lr);
+  // Clipping rides in the optimizer's one pass over the flat buffers.
+  optimizer_->step(r.lr, clip_coefficient(r.grad_norm, cfg_.training.max_norm));
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
