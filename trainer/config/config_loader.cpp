@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -330,13 +331,19 @@ JobConfig load_job_config(const std::vector<std::string>& args) {
       overrides.emplace_back(name, value);
     }
   }
-  if (!cfg.source_file.empty()) {
-    std::ifstream in(cfg.source_file);
-    TITAN_CONFIG_CHECK(in.good(), "config file ", cfg.source_file, ": cannot be read");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    apply_toml(cfg, ss.str(), cfg.source_file);
-  }
+  // Without a file the built-in defaults would train a 10,000-step job nobody asked for.
+  TITAN_CONFIG_CHECK(!cfg.source_file.empty(),
+                     "command line: --config FILE is required (see --help for every key)");
+  std::error_code ec;
+  TITAN_CONFIG_CHECK(std::filesystem::exists(cfg.source_file, ec), "config file ",
+                     cfg.source_file, ": cannot be read (no such file)");
+  TITAN_CONFIG_CHECK(std::filesystem::is_regular_file(cfg.source_file, ec), "config file ",
+                     cfg.source_file, ": cannot be read (not a regular file)");
+  std::ifstream in(cfg.source_file);
+  TITAN_CONFIG_CHECK(in.good(), "config file ", cfg.source_file, ": cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_toml(cfg, ss.str(), cfg.source_file);
   for (auto& [k, v] : overrides) apply_override(cfg, k, v);
   validate(cfg);
   return cfg;
