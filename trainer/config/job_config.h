@@ -136,6 +136,8 @@ struct JobConfig {
   CommSection comm;
   SimulationSection simulation;
   std::string source_file;  // the TOML file it came from, "" if none
+  // TorchTitan keys (and values) read but not implemented; load_job_config warns once.
+  std::vector<std::string> ignored_keys;
 };
 
 }  // namespace titan
