@@ -24,6 +24,8 @@ Registry make_registry(JobConfig& c) {
   r.add("model", "ffn_dim", &c.model.ffn_dim, 0, kInf, "MLP intermediate size (0: flavor's)");
   r.add("model", "vocab_size", &c.model.vocab_size, 0, kInf,
         "vocabulary (0: flavor's, or the tokenizer's for debugmodel)");
+  r.add("model", "vocab_size_divisible_by", &c.model.vocab_size_divisible_by, 1, kInf,
+        "a tokenizer's vocabulary is padded to a multiple of this x the TP degree");
   r.add("model", "tie_embeddings", &c.model.tie_embeddings,
         "share input embedding and output projection");
   r.add("model", "rope_theta", &c.model.rope_theta, 0, kInf, "RoPE base (0: flavor's)");

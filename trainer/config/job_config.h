@@ -30,6 +30,8 @@ struct ModelSection {
   int64_t head_dim = 0;
   int64_t ffn_dim = 0;
   int64_t vocab_size = 0;
+  // A vocabulary taken from the tokenizer is padded to a multiple of this times the TP degree.
+  int64_t vocab_size_divisible_by = 1;
   FlavorBool tie_embeddings = FlavorBool::kFlavor;
   double rope_theta = 0;
   double norm_eps = 0;

@@ -1,6 +1,7 @@
 #include "trainer/step/trainer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -46,7 +47,7 @@ int64_t vocab_without_data(const JobConfig& cfg) {
 }
 
 JobConfig with_resolved_model(const JobConfig& cfg) {
-  const ModelArgs a = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  const ModelArgs a = resolve_model_args(cfg, vocab_without_data(cfg));
   JobConfig out = cfg;
   ModelSection& m = out.model;
   m.dim = a.dim, m.n_layers = a.n_layers, m.n_heads = a.n_heads, m.n_kv_heads = a.n_kv_heads;
@@ -93,13 +94,19 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
 
   std::shared_ptr<const std::vector<int64_t>> tokens;
   if (on_meta_) {
-    args_ = resolve_model_args(cfg_.model, vocab_without_data(cfg_));
+    args_ = resolve_model_args(cfg_, vocab_without_data(cfg_));
   } else {
     tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
     const std::string data_path =
         cfg_.training.dataset_path.empty() ? default_corpus_path() : cfg_.training.dataset_path;
     tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
-    args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
+    args_ = resolve_model_args(cfg_, tokenizer_->vocab_size());
+    if (args_.vocab_size != tokenizer_->vocab_size() && cfg_.model.vocab_size == 0 && is_writer()) {
+      std::printf("titan: model.vocab_size padded from %lld (the tokenizer's) to %lld, a multiple of %lld "
+                  "(model.vocab_size_divisible_by x tensor_parallel_degree)\n",
+                  static_cast<long long>(tokenizer_->vocab_size()), static_cast<long long>(args_.vocab_size),
+                  static_cast<long long>(cfg_.model.vocab_size_divisible_by * dims_.tp));
+    }
   }
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
   // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
