@@ -66,6 +66,8 @@ Registry make_registry(JobConfig& c) {
         "dtype of gradient reduction");
   r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
   r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
+  r.add("training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps,
+        "non-finite loss or gradient norm: skip the step (true) or stop the job (false)");
   r.add("training", "threads", &c.training.threads, 0, 4096,
         "intra-op threads per rank (0: cores / ranks on this host)");
 

@@ -66,6 +66,9 @@ struct TrainingSection {
   Dtype mixed_precision_reduce = Dtype::kFloat32;
   int64_t seed = 0;
   bool deterministic = false;
+  // Non-finite loss or gradient norm: false stops the job with an error, true skips the
+  // optimizer step and counts it (Trainer::skipped_steps). Weights never take NaN/Inf.
+  bool skip_nonfinite_steps = false;
   int64_t threads = 0;  // 0: cores on this host divided by the ranks on this host
 };
 

@@ -1,6 +1,7 @@
 #include "trainer/step/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -210,12 +211,43 @@ Trainer::StepResult Trainer::train_step() {
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
   r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
   r.grad_norm = std::sqrt(global_grad_sq_norm());
-  clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
-  optimizer_->step(r.lr);
+  if (!skip_nonfinite(r)) {
+    clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
+    optimizer_->step(r.lr);
+    check_finite_parameters();
+  }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// The loss and gradient norm are global (all-reduced), so every rank takes the same decision
+// without another collective.
+bool Trainer::skip_nonfinite(StepResult& r) {
+  if (on_meta_ || (std::isfinite(r.loss) && std::isfinite(r.grad_norm))) return false;
+  TITAN_CHECK(cfg_.training.skip_nonfinite_steps, "step ", step_ + 1, ": loss ", r.loss, ", gradient norm ",
+              r.grad_norm, " is not finite; stopping before the optimizer step, so weights and checkpoints "
+              "stay finite (lower optimizer.lr, or set training.skip_nonfinite_steps = true to skip such steps)");
+  r.skipped = true;
+  ++skipped_steps_;
+  optimizer_->zero_grad();
+  if (is_writer()) {
+    std::printf("titan: step %lld: loss %g, gradient norm %g: optimizer step skipped (%lld skipped so far)\n",
+                static_cast<long long>(step_ + 1), r.loss, r.grad_norm, static_cast<long long>(skipped_steps_));
+  }
+  return true;
+}
+
+// An update can overflow even from finite gradients (a huge lr); a step cannot be undone, so
+// the job stops before such weights reach a checkpoint. Local: a failing rank ends the job.
+void Trainer::check_finite_parameters() const {
+  if (on_meta_) return;
+  for (const auto& p : params_) {
+    TITAN_CHECK(torch::isfinite(p.param).all().item<bool>(), "step ", step_ + 1,
+                ": the optimizer step made parameter ", p.name, " non-finite on rank ", world_->rank(),
+                " (optimizer.lr = ", cfg_.optimizer.lr, "); stopping before it is saved");
+  }
 }
 
 }  // namespace titan
