@@ -129,7 +129,9 @@ Registry make_registry(JobConfig& c) {
 
   r.add("simulation", "enable", &c.simulation.enable, "run the step on simulated hardware");
   r.add("simulation", "device", &c.simulation.device, "chip name, e.g. tpu-v7, h100");
-  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, kInf, "simulated chips");
+  // The largest clusters built are ~1e5 chips; past 2^20 the simulator's per-chip tables
+  // (placement, topology) would outgrow a workstation before printing anything.
+  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, 1048576, "simulated chips");
   r.add("simulation", "topology", &c.simulation.topology,
         "physical topology such as 16x16x32 (\"\": automatic)");
   r.add("simulation", "execution", &c.simulation.execution,

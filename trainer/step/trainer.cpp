@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/config/memory_limits.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/param_layout.h"
 
@@ -109,6 +110,8 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
                   static_cast<long long>(cfg_.model.vocab_size_divisible_by * dims_.tp));
     }
   }
+  // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
+  if (!on_meta_) check_fits_in_memory(cfg_, args_, machine_memory_bytes());
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
   // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
   // precision policy); without those plans the model is built in that dtype itself.
