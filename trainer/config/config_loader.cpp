@@ -87,12 +87,23 @@ std::string format_range(const KeySpec& s) {
   std::ostringstream os;
   os << type_name(s);
   if (!s.is_number() || (s.min == -kInf && s.max == kInf)) return os.str();
+  // Integer limits in full (1048576, not 1.04858e+06).
+  const bool whole = std::holds_alternative<int64_t*>(s.field);
+  auto num = [whole](double v) {
+    std::ostringstream n;
+    if (whole) {
+      n << static_cast<long long>(v);
+    } else {
+      n << v;
+    }
+    return n.str();
+  };
   if (s.min != -kInf && s.max != kInf) {
-    os << " in [" << s.min << ", " << s.max << "]";
+    os << " in [" << num(s.min) << ", " << num(s.max) << "]";
   } else if (s.min != -kInf) {
-    os << " >= " << s.min;
+    os << " >= " << num(s.min);
   } else {
-    os << " <= " << s.max;
+    os << " <= " << num(s.max);
   }
   return os.str();
 }
