@@ -121,7 +121,7 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
                                                                        : devices::CollectiveMode::kSeparate;
   r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
 
-  const ModelArgs args = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
   r.flops_per_token = flops_per_token(args, r.seq_len);
   r.peak_flops = rec.chip.peak_bf16_flops;
   const double tokens = static_cast<double>(r.global_batch * r.seq_len);
