@@ -2,11 +2,14 @@
 // 1 KiB to 64 MiB for each backend next to the raw MPI call in the same run, then 200
 // small tensors all-reduced fused vs separate. Run under mpirun, e.g.
 //   mpirun -np 2 build/bin/bench_collectives [--backends=mpi,gloo] [--max-mib=64] [--seconds=0.3]
+//                                            [--rounds=15]
 // Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of the buffer per rank,
 // all_gather and reduce_scatter (n-1)/n of the full buffer.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -25,6 +28,7 @@ struct Args {
   std::vector<std::string> backends = {"mpi", "gloo"};
   int64_t max_bytes = 64LL << 20;
   double seconds = 0.3;  // per measurement, after warm-up
+  int rounds = 15;        // alternating rounds per measurement; each contender keeps its best
 };
 
 Args parse(int argc, char** argv) {
@@ -40,16 +44,18 @@ Args parse(int argc, char** argv) {
       a.max_bytes = std::stoll(s.substr(10)) << 20;
     } else if (s.rfind("--seconds=", 0) == 0) {
       a.seconds = std::stod(s.substr(10));
+    } else if (s.rfind("--rounds=", 0) == 0) {
+      a.rounds = std::max(1, std::stoi(s.substr(9)));
     }
   }
   return a;
 }
 
 // Seconds per call of each fn, the slowest rank's view. The machine may be shared, so the
-// fns are timed in alternating rounds and each keeps its best round: interference hits
-// every contender alike and the minimum is what the code can do.
+// fns are timed in many short alternating rounds and each keeps its best round:
+// interference hits every contender alike and the minimum is what the code can do.
 std::vector<double> best_time_per_call(const std::vector<std::function<void()>>& fns,
-                                       double seconds, int rounds = 5) {
+                                       double seconds, int rounds) {
   std::vector<int> iters;
   for (const auto& fn : fns) {
     fn();  // warm-up
@@ -102,7 +108,11 @@ int main(int argc, char** argv) {
     worlds[b] = titan::init_distributed(o);
   }
   if (rank == 0) {
-    std::printf("# titan collectives benchmark: %d ranks, float32, bus bandwidth in GB/s\n", n);
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    std::printf("# titan collectives benchmark: %d ranks, float32, bus bandwidth in GB/s; best of "
+                "%d alternating rounds; load average at start %.1f %.1f %.1f\n",
+                n, args.rounds, load[0], load[1], load[2]);
     std::printf("%-14s %-8s %10s", "op", "size", "raw_mpi");
     for (const auto& b : args.backends) std::printf(" %10s %8s", b.c_str(), "vs_raw");
     std::printf("\n");
@@ -135,19 +145,17 @@ int main(int argc, char** argv) {
       // Bus bandwidth is counted on the buffer actually moved (block * n for gathers).
       const double moved = op == "all_reduce" ? double(bytes) : double(block * n * 4);
       std::vector<std::function<void()>> fns = {raw};
+      // The view is made once, outside the timed calls, as the raw loop uses the pointer.
+      at::Tensor gathered = full.narrow(0, 0, block * n);
       for (const auto& b : args.backends) {
         auto comm = worlds[b]->comm();
         if (op == "all_reduce") fns.push_back([comm, &full] { comm->all_reduce(full)->wait(); });
         if (op == "all_gather")
-          fns.push_back([comm, &full, &part, block, n] {
-            comm->all_gather(full.narrow(0, 0, block * n), part)->wait();
-          });
+          fns.push_back([comm, &gathered, &part] { comm->all_gather(gathered, part)->wait(); });
         if (op == "reduce_scatter")
-          fns.push_back([comm, &full, &part, block, n] {
-            comm->reduce_scatter(part, full.narrow(0, 0, block * n))->wait();
-          });
+          fns.push_back([comm, &gathered, &part] { comm->reduce_scatter(part, gathered)->wait(); });
       }
-      auto t = best_time_per_call(fns, args.seconds * fns.size());
+      auto t = best_time_per_call(fns, args.seconds * fns.size(), args.rounds);
       const double raw_bw = moved * factor / t[0] / 1e9;
       if (rank == 0) {
         std::printf("%-14s %-8s %10.3f", op.c_str(), human(bytes).c_str(), raw_bw);
@@ -180,10 +188,15 @@ int main(int argc, char** argv) {
     auto fus = fused->comm();
     auto t = best_time_per_call({[&] { sep->all_reduce(grads)->wait(); },
                                  [&] { fus->all_reduce(grads)->wait(); }},
-                                2 * args.seconds);
+                                2 * args.seconds, args.rounds);
     if (rank == 0)
       std::printf("%-5s separate %8.3f ms  fused %8.3f ms  speedup %.2fx\n", b.c_str(),
                   1e3 * t[0], 1e3 * t[1], t[0] / t[1]);
+  }
+  if (rank == 0) {
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    std::printf("# load average at end %.1f %.1f %.1f\n", load[0], load[1], load[2]);
   }
   worlds.clear();
   return 0;

@@ -1,9 +1,10 @@
 #include "collectives/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
-#include "collectives/fusion.h"
+#include "collectives/contiguous.h"
 #include "collectives/progress_thread.h"
 #include "collectives/reduce_kernels.h"
 #include "common/error.h"
@@ -12,17 +13,21 @@ namespace titan {
 
 namespace {
 
-int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
-// Runs fn on a contiguous flat view of t and writes the result back if t was not
-// contiguous.
-void with_flat(const at::Tensor& t, const std::function<void(const at::Tensor&)>& fn) {
-  at::Tensor c = t.contiguous();
-  fn(c.view({-1}));
-  if (!c.is_same(t)) t.copy_(c);
+int group_rank_of(const std::vector<int>& ranks, int global_rank, const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  TITAN_CHECK(it != ranks.end(), "group '", name, "': global rank ", global_rank,
+              " is not a member");
+  return static_cast<int>(it - ranks.begin());
 }
 
-at::Tensor flat_input(const at::Tensor& t) { return t.contiguous().view({-1}); }
+OpInfo member_info(const std::string& name, int size, int rank, int global_rank) {
+  OpInfo info;
+  info.group = name;
+  info.group_rank = rank;
+  info.group_size = size;
+  info.global_rank = global_rank;
+  return info;
+}
 
 }  // namespace
 
@@ -31,12 +36,10 @@ Communicator::Communicator(std::string name, std::vector<int> global_ranks, int 
     : name_(std::move(name)),
       global_ranks_(std::move(global_ranks)),
       global_rank_(global_rank),
-      options_(std::move(options)) {
-  auto it = std::find(global_ranks_.begin(), global_ranks_.end(), global_rank_);
-  TITAN_CHECK(it != global_ranks_.end(), "group '", name_, "': global rank ", global_rank_,
-              " is not a member");
-  rank_ = static_cast<int>(it - global_ranks_.begin());
-}
+      rank_(group_rank_of(global_ranks_, global_rank_, name_)),
+      options_(std::move(options)),
+      inline_blocking_(size() == 1 || !is_fused(options_)),
+      watch_(member_info(name_, size(), rank_, global_rank_), options_.train_timeout_seconds) {}
 
 Communicator::~Communicator() { stop_progress(); }
 
@@ -45,15 +48,13 @@ void Communicator::stop_progress() { progress_.reset(); }
 bool Communicator::accepts(const at::Tensor& t) const { return t.device().is_cpu(); }
 
 OpInfo Communicator::make_info(const char* op, int64_t bytes) const {
-  OpInfo info;
+  OpInfo info = watch_.who();
   info.op = op;
-  info.group = name_;
-  info.group_rank = rank_;
-  info.group_size = size();
-  info.global_rank = global_rank_;
   info.bytes = bytes;
   return info;
 }
+
+OpInfo Communicator::current_op() const { return make_info(current_op_, current_bytes_); }
 
 void Communicator::check_tensor(const char* op, const at::Tensor& t) const {
   TITAN_CHECK(t.defined(), op, " on group '", name_, "': undefined tensor");
@@ -70,33 +71,52 @@ void Communicator::check_reducible(const char* op, const at::Tensor& t) const {
 namespace {
 std::mutex observer_mu;
 CollectiveObserver observer;
+std::atomic<bool> observer_set{false};  // lets ops skip the lock when nobody observes
 }  // namespace
 
 void set_collective_observer(CollectiveObserver o) {
   std::lock_guard<std::mutex> lock(observer_mu);
   observer = std::move(o);
+  observer_set.store(static_cast<bool>(observer), std::memory_order_release);
 }
 
-void Communicator::run_watched(const OpInfo& info, const std::function<void()>& fn) {
-  {
+void Communicator::begin_op(const char* op, int64_t bytes) {
+  current_op_ = op;
+  current_bytes_ = bytes;
+  if (observer_set.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(observer_mu);
-    if (observer) observer(info);
+    if (observer) observer(make_info(op, bytes));
   }
-  WatchScope watch(info, options_.train_timeout_seconds);
-  current_op_ = info;
+  watch_.begin(op, bytes);
+}
+
+template <typename F>
+void Communicator::run_watched(const char* op, int64_t bytes, F& fn) {
+  begin_op(op, bytes);
+  struct End {
+    Communicator* c;
+    ~End() { c->end_op(); }
+  } end{this};
   fn();
+}
+
+template <typename F>
+WorkPtr Communicator::issue(const char* op, int64_t bytes, F&& fn) {
+  if (!inline_blocking_) return submit(make_info(op, bytes), std::forward<F>(fn));
+  run_watched(op, bytes, fn);
+  return Work::completed();
 }
 
 WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
   if (size() == 1 || !is_fused(options_)) {
-    run_watched(info, fn);
+    run_watched(info.op.c_str(), info.bytes, fn);
     return Work::completed();
   }
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
   auto work = std::make_shared<AsyncWork>();
   progress_->post([this, info = std::move(info), fn = std::move(fn), work] {
     try {
-      run_watched(info, fn);
+      run_watched(info.op.c_str(), info.bytes, fn);
       work->mark_done();
     } catch (...) {
       work->mark_failed(std::current_exception());
@@ -110,8 +130,8 @@ WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
 WorkPtr Communicator::all_reduce(const at::Tensor& t, ReduceOp op) {
   check_reducible("all_reduce", t);
   if (size() == 1) return Work::completed();  // sum, avg and max of one value are the value
-  return submit(make_info("all_reduce", nbytes(t)), [this, t, op] {
-    with_flat(t, [&](const at::Tensor& flat) { run_all_reduce(flat, op); });
+  return issue("all_reduce", nbytes(t), [this, t, op] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_all_reduce(c, op); });
   });
 }
 
@@ -127,9 +147,9 @@ WorkPtr Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) {
     out.view_as(in).copy_(in);
     return Work::completed();
   }
-  return submit(make_info("all_gather", nbytes(out)), [this, out, in] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_all_gather(flat_out, flat_in); });
+  return issue("all_gather", nbytes(out), [this, out, in] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_all_gather(c_out, c_in); });
   });
 }
 
@@ -146,9 +166,9 @@ WorkPtr Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& in
     out.copy_(in.view_as(out));
     return Work::completed();
   }
-  return submit(make_info("reduce_scatter", nbytes(in)), [this, out, in, op] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_reduce_scatter(flat_out, flat_in, op); });
+  return issue("reduce_scatter", nbytes(in), [this, out, in, op] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_reduce_scatter(c_out, c_in, op); });
   });
 }
 
@@ -157,8 +177,8 @@ WorkPtr Communicator::broadcast(const at::Tensor& t, int root) {
   TITAN_CHECK(root >= 0 && root < size(), "broadcast on group '", name_, "': root ", root,
               " out of range [0, ", size(), ")");
   if (size() == 1) return Work::completed();
-  return submit(make_info("broadcast", nbytes(t)), [this, t, root] {
-    with_flat(t, [&](const at::Tensor& flat) { run_broadcast(flat, root); });
+  return issue("broadcast", nbytes(t), [this, t, root] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_broadcast(c, root); });
   });
 }
 
@@ -174,9 +194,9 @@ WorkPtr Communicator::all_to_all(const at::Tensor& out, const at::Tensor& in) {
     out.copy_(in.view_as(out));
     return Work::completed();
   }
-  return submit(make_info("all_to_all", nbytes(in)), [this, out, in] {
-    at::Tensor flat_in = flat_input(in);
-    with_flat(out, [&](const at::Tensor& flat_out) { run_all_to_all(flat_out, flat_in); });
+  return issue("all_to_all", nbytes(in), [this, out, in] {
+    at::Tensor c_in = in.contiguous();
+    with_contiguous(out, [&](const at::Tensor& c_out) { run_all_to_all(c_out, c_in); });
   });
 }
 
@@ -185,9 +205,7 @@ WorkPtr Communicator::send(const at::Tensor& t, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size() && dst != rank_, "send on group '", name_,
               "': destination ", dst, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "send on group '", name_, "': tag must be >= 0, got ", tag);
-  return submit(make_info("send", nbytes(t)), [this, t, dst, tag] {
-    run_send(flat_input(t), dst, tag);
-  });
+  return issue("send", nbytes(t), [this, t, dst, tag] { run_send(t.contiguous(), dst, tag); });
 }
 
 WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
@@ -195,172 +213,14 @@ WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
   TITAN_CHECK(src >= 0 && src < size() && src != rank_, "recv on group '", name_, "': source ",
               src, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "recv on group '", name_, "': tag must be >= 0, got ", tag);
-  return submit(make_info("recv", nbytes(t)), [this, t, src, tag] {
-    with_flat(t, [&](const at::Tensor& flat) { run_recv(flat, src, tag); });
+  return issue("recv", nbytes(t), [this, t, src, tag] {
+    with_contiguous(t, [&](const at::Tensor& c) { run_recv(c, src, tag); });
   });
 }
 
 WorkPtr Communicator::barrier() {
   if (size() == 1) return Work::completed();
-  return submit(make_info("barrier", 0), [this] { run_barrier(); });
-}
-
-// ---- list ops: one collective per tensor (separate) or per bucket (fused) ----
-
-namespace {
-
-// Runs every Work of a separate-mode loop; they are complete already.
-WorkPtr all_done(const std::vector<WorkPtr>& works) {
-  for (auto& w : works) w->wait();
-  return Work::completed();
-}
-
-int64_t cap_bytes(const CommOptions& o) {
-  return std::max<int64_t>(1, static_cast<int64_t>(o.bucket_cap_mb * 1024 * 1024));
-}
-
-}  // namespace
-
-WorkPtr Communicator::all_reduce(const std::vector<at::Tensor>& ts, ReduceOp op) {
-  for (const auto& t : ts) check_reducible("all_reduce", t);
-  if (ts.empty() || size() == 1) return Work::completed();
-  if (!is_fused(options_)) {
-    std::vector<WorkPtr> works;
-    for (const auto& t : ts) works.push_back(all_reduce(t, op));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  for (const auto& t : ts) {
-    bytes.push_back(nbytes(t));
-    dtypes.push_back(t.scalar_type());
-  }
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  int64_t total = 0;
-  for (auto b : bytes) total += b;
-  return submit(make_info("all_reduce", total), [this, ts, op, buckets] {
-    for (const auto& bucket : buckets) {
-      int64_t numel = 0;
-      for (auto i : bucket) numel += ts[i].numel();
-      at::Tensor flat = at::empty({numel}, ts[bucket[0]].options());
-      int64_t off = 0;
-      for (auto i : bucket) {
-        flat.narrow(0, off, ts[i].numel()).copy_(ts[i].reshape({-1}));
-        off += ts[i].numel();
-      }
-      current_op_.bytes = nbytes(flat);
-      run_all_reduce(flat, op);
-      off = 0;
-      for (auto i : bucket) {
-        ts[i].copy_(flat.narrow(0, off, ts[i].numel()).view(ts[i].sizes()));
-        off += ts[i].numel();
-      }
-    }
-  });
-}
-
-WorkPtr Communicator::all_gather(const std::vector<at::Tensor>& outs,
-                                 const std::vector<at::Tensor>& ins) {
-  TITAN_CHECK(outs.size() == ins.size(), "all_gather on group '", name_, "': ", outs.size(),
-              " outputs for ", ins.size(), " inputs");
-  if (!is_fused(options_) || size() == 1) {
-    std::vector<WorkPtr> works;
-    for (size_t i = 0; i < ins.size(); ++i) works.push_back(all_gather(outs[i], ins[i]));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  int64_t total = 0;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    check_tensor("all_gather", outs[i]);
-    check_tensor("all_gather", ins[i]);
-    TITAN_CHECK(outs[i].scalar_type() == ins[i].scalar_type() &&
-                    outs[i].numel() == size() * ins[i].numel(),
-                "all_gather on group '", name_, "': tensor ", i, ": out ", outs[i].numel(), " ",
-                outs[i].scalar_type(), " must be group size ", size(), " x in ", ins[i].numel(),
-                " ", ins[i].scalar_type());
-    bytes.push_back(nbytes(outs[i]));
-    dtypes.push_back(ins[i].scalar_type());
-    total += bytes.back();
-  }
-  if (ins.empty()) return Work::completed();
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  const int64_t n = size();
-  return submit(make_info("all_gather", total), [this, outs, ins, buckets, n] {
-    for (const auto& bucket : buckets) {
-      int64_t m = 0;  // elements per rank in this bucket
-      for (auto i : bucket) m += ins[i].numel();
-      auto opts = ins[bucket[0]].options();
-      at::Tensor flat_in = at::empty({m}, opts);
-      int64_t off = 0;
-      for (auto i : bucket) {
-        flat_in.narrow(0, off, ins[i].numel()).copy_(ins[i].reshape({-1}));
-        off += ins[i].numel();
-      }
-      at::Tensor flat_out = at::empty({n * m}, opts);
-      current_op_.bytes = nbytes(flat_out);
-      run_all_gather(flat_out, flat_in);
-      at::Tensor by_rank = flat_out.view({n, m});
-      off = 0;
-      for (auto i : bucket) {
-        const int64_t k = ins[i].numel();
-        outs[i].copy_(by_rank.narrow(1, off, k).reshape(outs[i].sizes()));
-        off += k;
-      }
-    }
-  });
-}
-
-WorkPtr Communicator::reduce_scatter(const std::vector<at::Tensor>& outs,
-                                     const std::vector<at::Tensor>& ins, ReduceOp op) {
-  TITAN_CHECK(outs.size() == ins.size(), "reduce_scatter on group '", name_, "': ", outs.size(),
-              " outputs for ", ins.size(), " inputs");
-  if (!is_fused(options_) || size() == 1) {
-    std::vector<WorkPtr> works;
-    for (size_t i = 0; i < ins.size(); ++i) works.push_back(reduce_scatter(outs[i], ins[i], op));
-    return all_done(works);
-  }
-  std::vector<int64_t> bytes;
-  std::vector<at::ScalarType> dtypes;
-  int64_t total = 0;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    check_reducible("reduce_scatter", outs[i]);
-    check_reducible("reduce_scatter", ins[i]);
-    TITAN_CHECK(outs[i].scalar_type() == ins[i].scalar_type() &&
-                    ins[i].numel() == size() * outs[i].numel(),
-                "reduce_scatter on group '", name_, "': tensor ", i, ": in ", ins[i].numel(),
-                " ", ins[i].scalar_type(), " must be group size ", size(), " x out ",
-                outs[i].numel(), " ", outs[i].scalar_type());
-    bytes.push_back(nbytes(ins[i]));
-    dtypes.push_back(ins[i].scalar_type());
-    total += bytes.back();
-  }
-  if (ins.empty()) return Work::completed();
-  auto buckets = plan_buckets(bytes, dtypes, cap_bytes(options_));
-  const int64_t n = size();
-  return submit(make_info("reduce_scatter", total), [this, outs, ins, buckets, n, op] {
-    for (const auto& bucket : buckets) {
-      int64_t m = 0;  // output elements per rank in this bucket
-      for (auto i : bucket) m += outs[i].numel();
-      auto opts = ins[bucket[0]].options();
-      at::Tensor flat_in = at::empty({n * m}, opts);
-      at::Tensor by_rank = flat_in.view({n, m});
-      int64_t off = 0;
-      for (auto i : bucket) {
-        const int64_t k = outs[i].numel();
-        by_rank.narrow(1, off, k).copy_(ins[i].reshape({n, k}));
-        off += k;
-      }
-      at::Tensor flat_out = at::empty({m}, opts);
-      current_op_.bytes = nbytes(flat_in);
-      run_reduce_scatter(flat_out, flat_in, op);
-      off = 0;
-      for (auto i : bucket) {
-        outs[i].copy_(flat_out.narrow(0, off, outs[i].numel()).view(outs[i].sizes()));
-        off += outs[i].numel();
-      }
-    }
-  });
+  return issue("barrier", 0, [this] { run_barrier(); });
 }
 
 }  // namespace titan

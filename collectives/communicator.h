@@ -73,9 +73,10 @@ class Communicator {
   WorkPtr barrier();
 
  protected:
-  // Backend hooks. Blocking; contiguous tensors that passed the checks above; called for
-  // groups of size >= 2 only, by one thread at a time, in issue order. current_op()
-  // describes the running op for error messages.
+  // Backend hooks. Blocking; contiguous tensors (of any shape: a hook sees only the
+  // elements) that passed the checks above; called for groups of size >= 2 only, by one
+  // thread at a time, in issue order. current_op() describes the running op for error
+  // messages.
   virtual void run_all_reduce(const at::Tensor& flat, ReduceOp op) = 0;
   virtual void run_all_gather(const at::Tensor& out, const at::Tensor& in) = 0;
   virtual void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) = 0;
@@ -88,27 +89,49 @@ class Communicator {
   virtual bool accepts(const at::Tensor& tensor) const;
 
   // Runs fn now (separate mode, size-1 groups) or on the progress thread (fused mode).
+  // Blocking ops in separate mode do not come here: they run inline, without building a
+  // std::function or an OpInfo, unless a backend calls route_every_op_through_submit().
   // Virtual so that the sim backend can record the issue and hand back a Work that records
   // its wait instead of running anything.
   virtual WorkPtr submit(OpInfo info, std::function<void()> fn);
+  void route_every_op_through_submit() { inline_blocking_ = false; }
 
-  const OpInfo& current_op() const { return current_op_; }
+  OpInfo current_op() const;
   // Runs every queued op and joins the progress thread. Backends call it first thing in
   // their destructor, before the resources the queued ops use go away.
   void stop_progress();
 
  private:
   OpInfo make_info(const char* op, int64_t bytes) const;
-  void run_watched(const OpInfo& info, const std::function<void()>& fn);
+  // Runs fn now (inline) or hands it to submit(); op is a string literal.
+  template <typename F>
+  WorkPtr issue(const char* op, int64_t bytes, F&& fn);
+  // Runs fn as op on this thread: tells the observer, watched by the watchdog. op stays
+  // valid until fn returns.
+  template <typename F>
+  void run_watched(const char* op, int64_t bytes, F& fn);
+  void begin_op(const char* op, int64_t bytes);
+  void end_op() {
+    watch_.end();
+    current_op_ = "";
+  }
   void check_tensor(const char* op, const at::Tensor& t) const;
   void check_reducible(const char* op, const at::Tensor& t) const;
+  // Checks the (out, in) pairs of a list all_gather (out is the larger) or reduce_scatter
+  // (in is); returns each pair's bucket bytes (the larger tensor) and appends its dtype.
+  std::vector<int64_t> check_pairs(const char* op, const std::vector<at::Tensor>& outs,
+                                   const std::vector<at::Tensor>& ins,
+                                   std::vector<at::ScalarType>* dtypes) const;
 
   std::string name_;
   std::vector<int> global_ranks_;
   int global_rank_;
   int rank_;
   CommOptions options_;
-  OpInfo current_op_;
+  bool inline_blocking_;                 // separate mode or one rank: run on the caller
+  const char* current_op_ = "";          // the running op, for current_op()
+  int64_t current_bytes_ = 0;
+  WatchSlot watch_;                      // this communicator's ops, one at a time
   std::unique_ptr<ProgressThread> progress_;  // created on the first async op
 };
 

@@ -42,11 +42,14 @@ class MpiCommunicator : public TransportCommunicator {
                 const std::vector<int64_t>& send_displs, void* out,
                 const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
                 size_t elem_size) override {
-    auto sc = ints(send_counts), sd = ints(send_displs), rc = ints(recv_counts),
-         rd = ints(recv_displs);
-    sc[rank()] = rc[rank()] = 0;
+    ints(send_counts, sc_);
+    ints(send_displs, sd_);
+    ints(recv_counts, rc_);
+    ints(recv_displs, rd_);
+    sc_[rank()] = rc_[rank()] = 0;
     MPI_Datatype t = element_type(elem_size);
-    check(MPI_Alltoallv(in, sc.data(), sd.data(), t, out, rc.data(), rd.data(), t, comm_.get()));
+    check(MPI_Alltoallv(in, sc_.data(), sd_.data(), t, out, rc_.data(), rd_.data(), t,
+                        comm_.get()));
   }
 
   void gather_in_place(void* buf, const std::vector<int64_t>& counts,
@@ -60,8 +63,9 @@ class MpiCommunicator : public TransportCommunicator {
                           element_type(elem_size), comm_.get()));
       return;
     }
-    auto c = ints(counts), d = ints(displs);
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.data(), d.data(),
+    ints(counts, rc_);
+    ints(displs, rd_);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, rc_.data(), rd_.data(),
                          element_type(elem_size), comm_.get()));
   }
 
@@ -92,10 +96,9 @@ class MpiCommunicator : public TransportCommunicator {
                 " elements exceed MPI's int counts; use smaller tensors or buckets");
     return static_cast<int>(v);
   }
-  std::vector<int> ints(const std::vector<int64_t>& v) const {
-    std::vector<int> out(v.size());
+  void ints(const std::vector<int64_t>& v, std::vector<int>& out) const {
+    out.resize(v.size());
     for (size_t i = 0; i < v.size(); ++i) out[i] = to_int(v[i]);
-    return out;
   }
   // The communicator returns errors (MPI_ERRORS_RETURN) so that they end the job with our
   // message rather than MPI's.
@@ -104,6 +107,7 @@ class MpiCommunicator : public TransportCommunicator {
   }
 
   MpiComm comm_;
+  std::vector<int> sc_, sd_, rc_, rd_;  // MPI's int counts, reused from op to op
 };
 
 class MpiBackend : public Backend {

@@ -21,7 +21,7 @@ struct Acc<c10::BFloat16> {
 };
 
 template <typename T>
-void reduce_typed(ReduceOp op, const std::vector<const void*>& inputs, void* out_raw,
+void reduce_typed(ReduceOp op, const void* const* inputs, size_t n, void* out_raw,
                   int64_t count) {
   using A = typename Acc<T>::type;
   // Blocks keep the accumulator in L1 and let out alias an input: a block is fully read
@@ -29,7 +29,6 @@ void reduce_typed(ReduceOp op, const std::vector<const void*>& inputs, void* out
   constexpr int64_t kBlock = 1024;
   A acc[kBlock];
   T* out = static_cast<T*>(out_raw);
-  const size_t n = inputs.size();
   for (int64_t base = 0; base < count; base += kBlock) {
     const int64_t len = std::min(kBlock, count - base);
     const T* first = static_cast<const T*>(inputs[0]) + base;
@@ -65,20 +64,20 @@ bool reducible_dtype(at::ScalarType dtype) {
   }
 }
 
-void reduce_ordered(at::ScalarType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+void reduce_ordered(at::ScalarType dtype, ReduceOp op, const void* const* inputs, size_t n,
                     void* out, int64_t count) {
-  TITAN_CHECK(!inputs.empty(), "reduce_ordered: no inputs");
+  TITAN_CHECK(n > 0, "reduce_ordered: no inputs");
   switch (dtype) {
     case at::kFloat:
-      return reduce_typed<float>(op, inputs, out, count);
+      return reduce_typed<float>(op, inputs, n, out, count);
     case at::kDouble:
-      return reduce_typed<double>(op, inputs, out, count);
+      return reduce_typed<double>(op, inputs, n, out, count);
     case at::kBFloat16:
-      return reduce_typed<c10::BFloat16>(op, inputs, out, count);
+      return reduce_typed<c10::BFloat16>(op, inputs, n, out, count);
     case at::kInt:
-      return reduce_typed<int32_t>(op, inputs, out, count);
+      return reduce_typed<int32_t>(op, inputs, n, out, count);
     case at::kLong:
-      return reduce_typed<int64_t>(op, inputs, out, count);
+      return reduce_typed<int64_t>(op, inputs, n, out, count);
     default:
       TITAN_FAIL("reduce: dtype ", c10::toString(dtype),
                  " is not supported (float32, float64, bfloat16, int32, int64)");

@@ -19,7 +19,11 @@ bool reducible_dtype(at::ScalarType dtype);
 // out[i] = op(inputs[0][i], inputs[1][i], ...) for i < count. out may alias any input.
 // bfloat16 accumulates in float32 and rounds once (round to nearest even); kAvg divides
 // the sum by inputs.size() before that rounding.
-void reduce_ordered(at::ScalarType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+void reduce_ordered(at::ScalarType dtype, ReduceOp op, const void* const* inputs, size_t n,
                     void* out, int64_t count);
+inline void reduce_ordered(at::ScalarType dtype, ReduceOp op,
+                           const std::vector<const void*>& inputs, void* out, int64_t count) {
+  reduce_ordered(dtype, op, inputs.data(), inputs.size(), out, count);
+}
 
 }  // namespace titan

@@ -61,7 +61,10 @@ class SimWork : public Work {
 
 class SimCommunicator : public Communicator {
  public:
-  using Communicator::Communicator;
+  SimCommunicator(std::string name, std::vector<int> ranks, int global_rank, CommOptions options)
+      : Communicator(std::move(name), std::move(ranks), global_rank, std::move(options)) {
+    route_every_op_through_submit();  // every call is recorded, blocking or not
+  }
   std::string backend() const override { return "sim"; }
 
  protected:

@@ -1,5 +1,6 @@
 #include "collectives/transport_communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/reduce_kernels.h"
@@ -23,65 +24,89 @@ char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
 }  // namespace
 
+char* TransportCommunicator::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset();  // the old contents are not needed: free before allocating
+    scratch_.reset(new char[bytes]);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+void TransportCommunicator::equal_blocks(int64_t m) {
+  counts_.assign(size(), m);
+  displs_.resize(size());
+  for (int r = 0; r < size(); ++r) displs_[r] = r * m;
+}
+
 void TransportCommunicator::reduce_block(const at::Tensor& in, const std::vector<int64_t>& counts,
                                          const std::vector<int64_t>& displs, void* out,
                                          ReduceOp op) {
   const int n = size();
   const int me = rank();
-  const int64_t mine = counts[me];
   const size_t es = in.element_size();
-  // Contributions of the other ranks to my block, packed in rank order (mine left out).
-  at::Tensor recv = at::empty({(n - 1) * mine}, in.options());
-  std::vector<int64_t> recv_counts(n, mine), recv_displs(n, 0);
-  for (int p = 0; p < n; ++p) recv_displs[p] = (p < me ? p : p - 1) * mine;
-  recv_counts[me] = 0;
-  std::vector<int64_t> send_counts = counts;
-  send_counts[me] = 0;
-  exchange(in.data_ptr(), send_counts, displs, recv.data_ptr(), recv_counts, recv_displs, es);
-  std::vector<const void*> inputs(n);
-  for (int p = 0; p < n; ++p) {
-    inputs[p] = p == me ? static_cast<const void*>(bytes_of(in) + displs[me] * es)
-                        : static_cast<const void*>(bytes_of(recv) + recv_displs[p] * es);
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  // Elements per peer per chunk; every rank derives the same chunks from the same counts.
+  const int64_t chunk = std::max<int64_t>(1, kScratchBytes / static_cast<int64_t>((n - 1) * es));
+  const int64_t mine_total = counts[me];
+  char* recv = scratch(static_cast<size_t>(std::min(chunk, std::max<int64_t>(mine_total, 1)) *
+                                           (n - 1) * static_cast<int64_t>(es)));
+  send_counts_.resize(n);
+  send_displs_.resize(n);
+  recv_counts_.resize(n);
+  recv_displs_.resize(n);
+  inputs_.resize(n);
+  // Contributions of the other ranks to my chunk arrive packed in rank order (mine left
+  // out); block p of the input goes to rank p, chunk by chunk.
+  for (int64_t start = 0; start < longest; start += chunk) {
+    const int64_t mine = std::clamp<int64_t>(mine_total - start, 0, chunk);
+    for (int p = 0; p < n; ++p) {
+      send_counts_[p] = p == me ? 0 : std::clamp<int64_t>(counts[p] - start, 0, chunk);
+      send_displs_[p] = displs[p] + std::min(start, counts[p]);
+      recv_counts_[p] = p == me ? 0 : mine;
+      recv_displs_[p] = (p < me ? p : p - 1) * mine;
+    }
+    exchange(in.data_ptr(), send_counts_, send_displs_, recv, recv_counts_, recv_displs_, es);
+    if (mine == 0) continue;
+    for (int p = 0; p < n; ++p) {
+      inputs_[p] = p == me ? static_cast<const void*>(bytes_of(in) + (displs[me] + start) * es)
+                           : static_cast<const void*>(recv + recv_displs_[p] * es);
+    }
+    reduce_ordered(in.scalar_type(), op, inputs_.data(), n, static_cast<char*>(out) + start * es,
+                   mine);
   }
-  reduce_ordered(in.scalar_type(), op, inputs, out, mine);
 }
 
 void TransportCommunicator::run_all_reduce(const at::Tensor& flat, ReduceOp op) {
   const int n = size();
   const size_t es = flat.element_size();
-  if (flat.numel() * static_cast<int64_t>(es) <= kSmallAllReduceBytes) {
+  const int64_t m = flat.numel();
+  if (m * static_cast<int64_t>(es) <= kSmallAllReduceBytes) {
     // Small buffers are latency bound: one all-gather of every rank's whole buffer, then
     // the same rank-order reduction locally (so the bits match the large path).
-    const int64_t m = flat.numel();
-    at::Tensor all = at::empty({n * m}, flat.options());
-    std::memcpy(bytes_of(all) + rank() * m * es, flat.data_ptr(), m * es);
-    std::vector<int64_t> counts(n, m), displs(n);
-    for (int r = 0; r < n; ++r) displs[r] = r * m;
-    gather_in_place(all.data_ptr(), counts, displs, es);
-    std::vector<const void*> inputs(n);
-    for (int r = 0; r < n; ++r) inputs[r] = bytes_of(all) + r * m * es;
-    reduce_ordered(flat.scalar_type(), op, inputs, flat.data_ptr(), m);
+    char* all = scratch(static_cast<size_t>(n * m) * es);
+    gather(flat.data_ptr(), all, m, es);
+    inputs_.resize(n);
+    for (int r = 0; r < n; ++r) inputs_[r] = all + r * m * es;
+    reduce_ordered(flat.scalar_type(), op, inputs_.data(), n, flat.data_ptr(), m);
     return;
   }
-  std::vector<int64_t> counts, displs;
-  split_blocks(flat.numel(), n, counts, displs);
+  split_blocks(m, n, counts_, displs_);
   // The reduced block overwrites this rank's own block in place (reduce_ordered allows it).
-  reduce_block(flat, counts, displs, bytes_of(flat) + displs[rank()] * es, op);
-  gather_in_place(flat.data_ptr(), counts, displs, es);
+  reduce_block(flat, counts_, displs_, bytes_of(flat) + displs_[rank()] * es, op);
+  gather_in_place(flat.data_ptr(), counts_, displs_, es);
 }
 
 void TransportCommunicator::run_reduce_scatter(const at::Tensor& out, const at::Tensor& in,
                                                ReduceOp op) {
-  std::vector<int64_t> counts(size(), out.numel()), displs(size());
-  for (int r = 0; r < size(); ++r) displs[r] = r * out.numel();
-  reduce_block(in, counts, displs, out.data_ptr(), op);
+  equal_blocks(out.numel());
+  reduce_block(in, counts_, displs_, out.data_ptr(), op);
 }
 
 void TransportCommunicator::gather(const void* in, void* out, int64_t count, size_t es) {
   std::memcpy(static_cast<char*>(out) + rank() * count * es, in, count * es);
-  std::vector<int64_t> counts(size(), count), displs(size());
-  for (int r = 0; r < size(); ++r) displs[r] = r * count;
-  gather_in_place(out, counts, displs, es);
+  equal_blocks(count);
+  gather_in_place(out, counts_, displs_, es);
 }
 
 void TransportCommunicator::run_all_gather(const at::Tensor& out, const at::Tensor& in) {
@@ -91,9 +116,8 @@ void TransportCommunicator::run_all_gather(const at::Tensor& out, const at::Tens
 void TransportCommunicator::run_all_to_all(const at::Tensor& out, const at::Tensor& in) {
   const int64_t m = in.numel() / size();
   const size_t es = in.element_size();
-  std::vector<int64_t> counts(size(), m), displs(size());
-  for (int r = 0; r < size(); ++r) displs[r] = r * m;
-  exchange(in.data_ptr(), counts, displs, out.data_ptr(), counts, displs, es);
+  equal_blocks(m);
+  exchange(in.data_ptr(), counts_, displs_, out.data_ptr(), counts_, displs_, es);
   std::memcpy(bytes_of(out) + rank() * m * es, bytes_of(in) + rank() * m * es, m * es);
 }
 

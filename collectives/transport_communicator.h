@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -14,6 +15,8 @@ namespace titan {
 //   exchange), then sums the n contributions to its own block in rank order. Same bytes
 //   on the wire as a ring ((n-1)/n of the buffer per rank), but the order of additions
 //   is fixed, which a ring or MPI_Allreduce's size-dependent algorithms do not give.
+//   Blocks larger than the scratch buffer go in chunks (an exchange, then its reduction),
+//   so the scratch stays bounded (kScratchBytes) and is allocated once, not per op.
 // - all_reduce: reduce_scatter on near-equal blocks (any numel works), then all-gather;
 //   up to kSmallAllReduceBytes: all-gather every rank's whole buffer and reduce locally
 //   (one latency instead of two; same rank-order sums, so same bits).
@@ -22,6 +25,8 @@ class TransportCommunicator : public Communicator {
  public:
   using Communicator::Communicator;
   static constexpr int64_t kSmallAllReduceBytes = 16 * 1024;
+  // Received contributions per reduce_scatter chunk, all peers together.
+  static constexpr int64_t kScratchBytes = 4 * 1024 * 1024;
 
  protected:
   // Counts and displacements are in elements of elem_size bytes, indexed by group rank.
@@ -57,6 +62,16 @@ class TransportCommunicator : public Communicator {
   // Reduces block rank() of `in` (blocks given by counts/displs) across the group into out.
   void reduce_block(const at::Tensor& in, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, void* out, ReduceOp op);
+  // Equal blocks of m elements; fills counts_ and displs_.
+  void equal_blocks(int64_t m);
+  // At least `bytes` of scratch, kept for later ops (so ops do not allocate).
+  char* scratch(size_t bytes);
+
+  // Per-op state reused from op to op: one op runs at a time per communicator.
+  std::unique_ptr<char[]> scratch_;
+  size_t scratch_bytes_ = 0;
+  std::vector<int64_t> counts_, displs_, send_counts_, send_displs_, recv_counts_, recv_displs_;
+  std::vector<const void*> inputs_;
 };
 
 }  // namespace titan

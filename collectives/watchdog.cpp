@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -51,52 +52,80 @@ void abort_job(const std::string& message) {
 }
 
 Watchdog& Watchdog::instance() {
-  static Watchdog dog;
-  return dog;
+  // Never destroyed: a communicator held by a static object may be destroyed after any
+  // static watchdog would be, and its slot unregisters then. The thread ends with the
+  // process.
+  static Watchdog* dog = new Watchdog;
+  return *dog;
 }
 
-Watchdog::~Watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+void Watchdog::add(WatchSlot* slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.push_back(slot);
 }
 
-uint64_t Watchdog::start(const OpInfo& info, double timeout_s) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(timeout_s));
+void Watchdog::remove(WatchSlot* slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.erase(std::remove(slots_.begin(), slots_.end(), slot), slots_.end());
+}
+
+void Watchdog::start_thread() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  uint64_t token = next_token_++;
-  in_flight_.emplace(token, Entry{info, timeout_s, deadline});
-  return token;
-}
-
-void Watchdog::finish(uint64_t token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase(token);
 }
 
 void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
+  for (;;) {
     // Polling at 100 ms keeps the abort within timeout + a fraction of a second without
-    // having to wake the thread on every start/finish.
+    // having to wake the thread on every op.
     cv_.wait_for(lock, std::chrono::milliseconds(100));
-    auto now = std::chrono::steady_clock::now();
-    for (const auto& [token, e] : in_flight_) {
-      if (now < e.deadline) continue;
-      std::ostringstream os;
-      os << "collective timeout: " << describe(e.info) << " did not complete within "
-         << e.timeout_s << " s (a peer died, hangs, or skipped the call); aborting the job";
-      std::string msg = os.str();
+    const int64_t now = now_ns();
+    for (WatchSlot* slot : slots_) {
+      std::string msg;
+      if (!slot->claim_expired(now, &msg)) continue;
       lock.unlock();
       abort_job(msg);
     }
   }
+}
+
+WatchSlot::WatchSlot(OpInfo who, double timeout_s) : who_(std::move(who)), timeout_s_(timeout_s) {
+  Watchdog::instance().add(this);
+}
+
+WatchSlot::~WatchSlot() { Watchdog::instance().remove(this); }
+
+void WatchSlot::begin(const char* op, int64_t bytes) {
+  if (!thread_started_) {
+    Watchdog::instance().start_thread();
+    thread_started_ = true;
+  }
+  op_.store(op, std::memory_order_relaxed);
+  bytes_.store(bytes, std::memory_order_relaxed);
+  const int64_t timeout_ns = static_cast<int64_t>(timeout_s_ * 1e9);
+  // Release: the watchdog that acquires this deadline sees this op's name and bytes.
+  deadline_ns_.store(Watchdog::now_ns() + timeout_ns, std::memory_order_release);
+}
+
+bool WatchSlot::claim_expired(int64_t now_ns, std::string* message) {
+  int64_t deadline = deadline_ns_.load(std::memory_order_relaxed);
+  if (deadline <= 0 || now_ns < deadline) return false;
+  // The op may end right now; whoever of end() and this swaps the deadline first wins.
+  if (!deadline_ns_.compare_exchange_strong(deadline, kReporting, std::memory_order_acquire))
+    return false;
+  OpInfo info = who_;
+  info.op = op_.load(std::memory_order_relaxed);
+  info.bytes = bytes_.load(std::memory_order_relaxed);
+  std::ostringstream os;
+  os << "collective timeout: " << describe(info) << " did not complete within " << timeout_s_
+     << " s (a peer died, hangs, or skipped the call); aborting the job";
+  *message = os.str();
+  return true;
+}
+
+void WatchSlot::wait_for_abort() {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace titan

@@ -1,8 +1,10 @@
-// ChipSpec and the chip catalog: every simulated accelerator's public figures; used by the
-// topology builder, collective and compute cost models, memory model and the trainer's report.
+// ChipSpec and the chip catalog: every simulated accelerator's public figures, read from the
+// data files in devices/chips/ (chip_file.h); used by the topology builder, the collective and
+// compute cost models, the memory model and the trainer's report.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,15 +25,21 @@ enum class TopologyFamily {
 };
 
 // Public figures of one chip. Bandwidths are bytes/s, per chip, per direction unless the
-// name says otherwise. Sources sit next to each figure in chip_catalog.cpp.
+// name says otherwise. Each figure's source is in its data file (devices/chips/<name>.toml)
+// and in `sources`.
 struct ChipSpec {
   std::string name;         // catalog key, e.g. "tpu-v7"
   std::string description;  // e.g. "Google TPU v7 (Ironwood)"
   TopologyFamily family = TopologyFamily::kSwitchedDomain;
 
   double peak_bf16_flops = 0;  // dense bf16 peak, FLOP/s (cpu: measured sgemm rate)
+  // The clock the datasheet peak is quoted at, and the clock the matrix units sustain under
+  // a long dense matmul load (below it on power-limited parts); 0: not known, taken as equal.
+  double peak_clock_hz = 0;
+  double sustained_clock_hz = 0;
   int64_t hbm_bytes = 0;       // device memory capacity
   double hbm_bytes_per_s = 0;  // device memory bandwidth
+  double hbm_efficiency = 1;   // fraction of hbm_bytes_per_s a streaming kernel reaches
 
   std::string fast_fabric;       // "ICI", "NeuronLink", "NVLink", "shm"
   double link_bytes_per_s = 0;   // one link, one direction
@@ -53,15 +61,33 @@ struct ChipSpec {
   // edge of the systolic array / MMA tile, and number of engines that work on
   // independent output tiles (GPU SMs, TPU MXUs, Trainium tensor engines).
   int64_t matmul_tile = 128;
+  int64_t matmul_tile_k = 0;  // depth of one K step of a tile (0: matmul_tile)
   int64_t matmul_units = 1;
 
   // Highest fraction of peak the framework's standard flash-attention kernel reaches in the
   // forward pass, where it is below what the GEMM model gives (0 = no extra cap). PyTorch's
   // SDPA flash backend is FlashAttention-2, which uses neither Hopper's wgmma nor
   // Blackwell's tcgen05: ~35% of H100 peak (FlashAttention-3 paper, FA2 baseline).
+  // Fraction of the sustained-clock peak (see sustained_clock_hz), 0 = no extra cap.
   double attention_peak_fraction = 0;
+  // Non-matrix (vector unit) math rate as a fraction of the matrix peak.
+  double vector_peak_fraction = 0;
 
-  // Per-op overhead on a host CPU (measured for the cpu device; 0 = use the family default):
+  // What a running collective takes from the kernels it overlaps: matrix units (GPU SMs
+  // running the collective's kernels) and HBM bandwidth (bytes it sends are read, bytes it
+  // receives written: comm_memory_traffic x the fabric's achieved bandwidth).
+  int64_t comm_units = 0;
+  double comm_memory_traffic = 0;
+
+  // Host and device overheads per execution mode (compute_cost.h, ExecutionOverheads):
+  // host work per recorded op and device gap per kernel for eager, defer_and_fuse and
+  // compiled, and the fixed cost of a collective run as its own unit (separate mode).
+  double eager_host_per_op_s = 0, eager_launch_s = 0;
+  double defer_host_per_op_s = 0, defer_launch_s = 0;
+  double compiled_host_per_op_s = 0, compiled_launch_s = 0;
+  double separate_collective_launch_s = 0;
+
+  // Per-op overhead on a host CPU (measured for the cpu device; 0 elsewhere):
   // an op that runs a kernel (dispatch, output allocation, autograd node, its backward), and a
   // metadata-only op (view, transpose, reshape: no kernel, no buffer).
   double cpu_op_overhead_s = 0;
@@ -82,11 +108,20 @@ struct ChipSpec {
   // matmul_efficiency); derived from the measured rate of a K = 16 product. 0 elsewhere.
   double matmul_k_overhead = 0;
 
+  // Where the figures came from: the data file, and the source of each figure
+  // ("compute.peak_bf16_flops" -> "NVIDIA H100 datasheet (dense)").
+  std::string file;
+  std::map<std::string, std::string> sources;
+
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
+  // Sustained over peak clock: the share of the datasheet peak the matrix units can reach.
+  double clock_ratio() const {
+    return peak_clock_hz > 0 && sustained_clock_hz > 0 ? sustained_clock_hz / peak_clock_hz : 1.0;
+  }
 };
 
 // Measured constants of this host for the `cpu` device, written by the calibration command
-// as flat `key = value` lines (TOML-compatible, '#' comments):
+// as a TOML file of `key = value` lines (optionally under a `[cpu]` table):
 //   sgemm_flops = 1.2e11           # per process, FLOP/s, measured under the run's process count
 //   mem_bytes_per_s = 1.0e10        # per process, STREAM-like copy bandwidth
 //   mpi_latency_s = 2e-6            # small-message one-way latency between ranks
@@ -114,21 +149,26 @@ struct CpuCalibration {
   int64_t threads = 0;  // 0: cores
 };
 
-// Parses the calibration text above; unknown keys and missing required keys are config errors.
-// Text without surrounding blanks and quotes (device names, calibration values).
-std::string strip_blanks_and_quotes(const std::string& s);
-
+// Parses the calibration text above (TOML); syntax errors, unknown keys and missing required
+// keys are config errors naming `origin`, the line and the key.
 CpuCalibration parse_cpu_calibration(const std::string& text, const std::string& origin);
 CpuCalibration load_cpu_calibration(const std::string& path);
 
-// Names of every chip in the catalog, in catalog order (accelerators, then "cpu").
+// The folder of the chip data files: $TITAN_CHIP_DIR if set, else <source dir>/devices/chips.
+std::string chip_dir();
+
+// Names of every chip in the catalog, in catalog order (devices/chips/catalog.toml:
+// accelerators, then "cpu").
 const std::vector<std::string>& chip_names();
 
-// Looks a chip up by name (case-insensitive). "cpu" needs `cpu` calibration; an unknown
-// name is a config error that lists the valid names.
-ChipSpec find_chip(const std::string& name, const CpuCalibration* cpu = nullptr);
+// Looks a chip up by name (case-insensitive). `chip_file` (optional, a user's data file in
+// the format of devices/chips/) adds its chip to the catalog, or replaces the catalog chip of
+// the same name. "cpu" needs `cpu` calibration; an unknown name is a config error that lists
+// the valid names.
+ChipSpec find_chip(const std::string& name, const CpuCalibration* cpu = nullptr,
+                   const std::string& chip_file = "");
 
-// The cpu device built from measured constants.
+// The cpu device: the static figures of devices/chips/cpu.toml plus measured constants.
 ChipSpec cpu_chip(const CpuCalibration& cal);
 
 }  // namespace titan::devices

@@ -1,7 +1,7 @@
 // Collective cost model, scaling-book style. Notation for a group of N = n_1 * ... * n_k chips
 // laid on segments i (n_i members along one physical axis, `stride` chips apart):
 //   B_i  = datasheet bandwidth of one link (torus) or one switch port (switch), one direction
-//   e_i  = achieved fraction of it (catalog: 0.8 fast fabrics, 0.85 scale-out)
+//   e_i  = achieved fraction of it (chip files: fabric.efficiency, scale_out.efficiency)
 //   W_i  = achieved per-chip bandwidth a collective can use along segment i:
 //          ring (torus axis that wraps, group spans it):  W = 2 e B / stride
 //              (bidirectional ring: half the data each way)

@@ -1,5 +1,6 @@
-// Roofline compute model. The named constants below are the whole set of efficiency
-// parameters; none is fitted to a calibration point.
+// Kernel model: matmul time by shape against the chip's matrix units, flash attention,
+// the roofline for everything else, and fusion per execution mode. The named constants below
+// describe kernels (software), not chips; chip figures come from the catalog files.
 #include "devices/compute_cost.h"
 
 #include <algorithm>
@@ -11,13 +12,6 @@
 namespace titan::devices {
 namespace {
 
-// Large bf16 GEMMs reach ~80% of datasheet peak (docs/hardware.md: 8192^3 at ~790 of 989
-// TFLOP/s on an H200). Applied to every accelerator; the cpu device's peak is a measured sgemm
-// rate, so it already is an achieved figure (efficiency 1).
-constexpr double kMatmulPeakEfficiency = 0.80;
-// Streaming kernels reach ~85% of datasheet HBM bandwidth (STREAM-like copy on H100/TPU);
-// the cpu device's bandwidth is measured (1).
-constexpr double kHbmEfficiency = 0.85;
 // Flash attention relative to a GEMM of the same shape: the online softmax (exp on the
 // vector / special-function units, rescaling) stalls the matrix units. FlashAttention-2/3
 // papers: forward reaches ~70-75% of peak where GEMMs reach ~80%; the backward (5 GEMMs,
@@ -27,10 +21,6 @@ constexpr double kFlashBackwardFactor = 0.75;
 // Backward of flash attention recomputes S = QK^T and P, then dV = P^T dO, dP = dO V^T,
 // dS -> dQ, dK: 5 matmuls against the forward's 2.
 constexpr double kFlashBackwardFlopRatio = 2.5;
-// Math that does not run on the matrix units (pointwise, reductions) runs on vector units
-// with a small fraction of the matrix peak: H100 non-tensor fp32 is 67 of 989 TFLOP/s; TPU
-// VPUs are of the same order. Such ops are memory bound anyway unless they record heavy math.
-constexpr double kVectorPeakFraction = 1.0 / 16;
 
 double pad(int64_t d, int64_t tile) {
   if (d <= 0) return 1.0;
@@ -72,25 +62,16 @@ ExecutionMode parse_execution(const std::string& s) {
   TITAN_CONFIG_FAIL("unknown execution mode '", s, "' (valid: eager defer_and_fuse compiled)");
 }
 
-// Per-op / per-kernel overheads. Estimates from public descriptions, not fits:
-//  * GPU eager (PyTorch): ~6 us of host work per aten op (dispatcher + autograd), kernels
-//    launched asynchronously; ~2 us device gap per kernel (launch latency, ramp and tail).
-//    defer_and_fuse (lazy tracing): ~2 us per op to record, fused kernels still ~2 us apart.
-//    compiled (torch.compile + CUDA graphs): no host work per op, ~1 us between kernels.
-//  * TPU / Trainium eager (TorchTPU "strict eager", PyTorch/XLA eager): every op is its own
-//    cached XLA executable: ~15 us host dispatch, ~5 us device launch per executable.
-//    defer_and_fuse: ~2 us per op to trace, the deferred graph runs as one program whose
-//    fused kernels sit ~1 us apart. compiled: one program per step, ~0.5 us between kernels.
-//  * cpu: ops run synchronously on the calling thread (no run-ahead); per-op framework cost
-//    is measured by calibration (op_overhead_s for ops that run a kernel, view_overhead_s for
-//    metadata-only ops); fusion saves memory traffic as elsewhere.
+// Per-op / per-kernel overheads: the chip's [dispatch] figures (estimates from public
+// descriptions of each runtime, see devices/chips/_gpu.toml and _xla.toml). cpu: ops run
+// synchronously on the calling thread (no run-ahead); the per-op framework cost is measured
+// by calibration (op_overhead_s for ops that run a kernel, view_overhead_s for metadata-only
+// ops); deferring halves it, compiling removes it but keeps a quarter as a gap per kernel.
 ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode) {
   ExecutionOverheads o;
   o.fuse_elementwise = mode != ExecutionMode::kEager;
   o.fuse_epilogue = mode == ExecutionMode::kCompiled;
-  const bool gpu = chip.fast_fabric == "NVLink";
-  const bool cpu = chip.name == "cpu";
-  if (cpu) {
+  if (chip.name == "cpu") {
     o.async = false;
     double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
     double per_view = chip.cpu_view_overhead_s > 0 ? chip.cpu_view_overhead_s : per_op;
@@ -104,16 +85,16 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
   }
   switch (mode) {
     case ExecutionMode::kEager:
-      o.host_per_op_s = gpu ? 6e-6 : 15e-6;
-      o.launch_per_kernel_s = gpu ? 2e-6 : 5e-6;
+      o.host_per_op_s = chip.eager_host_per_op_s;
+      o.launch_per_kernel_s = chip.eager_launch_s;
       break;
     case ExecutionMode::kDeferAndFuse:
-      o.host_per_op_s = 2e-6;
-      o.launch_per_kernel_s = gpu ? 2e-6 : 1e-6;
+      o.host_per_op_s = chip.defer_host_per_op_s;
+      o.launch_per_kernel_s = chip.defer_launch_s;
       break;
     case ExecutionMode::kCompiled:
-      o.host_per_op_s = 0;
-      o.launch_per_kernel_s = gpu ? 1e-6 : 0.5e-6;
+      o.host_per_op_s = chip.compiled_host_per_op_s;
+      o.launch_per_kernel_s = chip.compiled_launch_s;
       break;
   }
   o.host_per_view_s = o.host_per_op_s;
@@ -171,27 +152,29 @@ OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read,
 
 ComputeModel::ComputeModel(const ChipSpec& chip, ExecutionMode mode)
     : chip_(chip), mode_(mode), overheads_(execution_overheads(chip, mode)) {
-  const bool measured = chip.name == "cpu";
-  matmul_peak_efficiency_ = measured ? 1.0 : kMatmulPeakEfficiency;
-  hbm_efficiency_ = measured ? 1.0 : kHbmEfficiency;
   TITAN_CHECK(chip.peak_bf16_flops > 0 && chip.hbm_bytes_per_s > 0, "chip ", chip.name,
               " has no peak or memory bandwidth");
 }
 
-// efficiency = kMatmulPeakEfficiency * pad(m) pad(n) pad(k) * wave
-//  pad(d) = d / (ceil(d / T) T): the matrix unit works on T x T tiles (TPU MXU 128 or 256,
-//  GPU CTA tile 128, Trainium 128); a partial tile costs a full one. On 256-wide MXUs a
-//  head_dim of 128 fills half the array, which is real.
-//  wave = tiles / (ceil(tiles / U) U): output tiles are spread over U engines (SMs / MXUs);
-//  the last wave runs partly empty. Fewer tiles than engines: K is split across engines.
+// Fraction of the datasheet peak a matmul of this shape reaches:
+//   efficiency = clock x pad(m) pad(n) pad(k) x wave
+//  clock = sustained / peak clock (ChipSpec::clock_ratio): power-limited parts cannot hold
+//  the clock their peak is quoted at under dense matmul load.
+//  pad(d) = d / (ceil(d / T) T): the matrix unit works on T x T output tiles (TPU MXU 128 or
+//  256, Trainium tensor engine 128, GPU CTA tile 128) stepping K by T_k (T on a systolic
+//  array, 64 on GPUs); a partial tile costs a full one. On 256-wide MXUs a head_dim of 128
+//  fills half the array, which is real.
+//  wave = tiles / (ceil(tiles / U) U): output tiles are spread over U engines (SMs / MXUs /
+//  NeuronCores); the last wave runs partly empty. Fewer tiles than engines: K is split.
 double ComputeModel::matmul_efficiency(const MatmulShape& s) const {
   const int64_t t = std::max<int64_t>(1, chip_.matmul_tile);
-  double e = matmul_peak_efficiency_ * pad(s.m, t) * pad(s.n, t) * pad(s.k, t);
+  const int64_t tk = chip_.matmul_tile_k > 0 ? chip_.matmul_tile_k : t;
+  double e = chip_.clock_ratio() * pad(s.m, t) * pad(s.n, t) * pad(s.k, tk);
   const int64_t units = std::max<int64_t>(1, chip_.matmul_units);
   int64_t tiles = std::max<int64_t>(1, s.batch) * ((s.m + t - 1) / t) * ((s.n + t - 1) / t);
   // Too few output tiles to fill the engines: libraries split K (split-K / stream-K), up to
-  // one T-deep slice of K per engine.
-  if (tiles < units) tiles *= std::max<int64_t>(1, std::min(units / tiles, (s.k + t - 1) / t));
+  // one T_k-deep slice of K per engine.
+  if (tiles < units) tiles *= std::max<int64_t>(1, std::min(units / tiles, (s.k + tk - 1) / tk));
   const int64_t waves = (tiles + units - 1) / units;
   e *= static_cast<double>(tiles) / static_cast<double>(waves * units);
   // CPU BLAS: each output tile's accumulators are loaded and stored (and its panels packed)
@@ -220,7 +203,7 @@ double ComputeModel::attention_flops(const AttentionShape& s) const {
 double ComputeModel::memory_s(double bytes) const {
   if (chip_.cache_bytes > 0 && chip_.cache_bytes_per_s > 0 && bytes <= chip_.cache_bytes)
     return bytes / chip_.cache_bytes_per_s;
-  return bytes / (chip_.hbm_bytes_per_s * hbm_efficiency_);
+  return bytes / (chip_.hbm_bytes_per_s * chip_.hbm_efficiency);
 }
 
 // Accelerators overlap math with memory traffic (the roofline's max). One CPU thread issues
@@ -235,14 +218,19 @@ double ComputeModel::compute_s(double flops, double efficiency) const {
 }
 
 double ComputeModel::roofline_s(const OpDesc& op) const {
+  const KernelTime k = kernel_time(op);
+  return combine(k.compute_s, k.memory_s);
+}
+
+ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   switch (op.kind) {
     case OpKind::kMatmul: {
       bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
       double flops = shaped ? 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k
                             : op.flops;
-      double eff = shaped ? matmul_efficiency(op.mm) : matmul_peak_efficiency_;
-      return combine(compute_s(flops, eff), memory_s(bytes));
+      double eff = shaped ? matmul_efficiency(op.mm) : chip_.clock_ratio();
+      return {compute_s(flops, eff), memory_s(bytes)};
     }
     case OpKind::kAttention: {
       const AttentionShape& a = op.attn;
@@ -252,17 +240,79 @@ double ComputeModel::roofline_s(const OpDesc& op) const {
       double e2 = matmul_efficiency({a.batch * a.heads, a.q_len, a.head_dim, a.kv_len});
       double eff = 2.0 / (1.0 / e1 + 1.0 / e2) * kFlashForwardFactor;
       // The framework's kernel may cap below that (FA2 on Hopper/Blackwell, see ChipSpec).
-      if (chip_.attention_peak_fraction > 0) eff = std::min(eff, chip_.attention_peak_fraction);
+      if (chip_.attention_peak_fraction > 0)
+        eff = std::min(eff, chip_.attention_peak_fraction * chip_.clock_ratio());
       if (a.backward) eff *= kFlashBackwardFactor / kFlashForwardFactor;
-      return combine(compute_s(attention_flops(a), eff), memory_s(bytes));
+      return {compute_s(attention_flops(a), eff), memory_s(bytes)};
     }
     case OpKind::kView:
-      return 0;
+      return {0, 0};
     default:
       // Pointwise / reductions / copies: memory bound on every accelerator (a few FLOPs per
       // byte), but keep the compute side for ops that record heavy math.
-      return combine(compute_s(op.flops, kVectorPeakFraction), memory_s(bytes));
+      return {compute_s(op.flops, chip_.vector_peak_fraction), memory_s(bytes)};
   }
+}
+
+// A running collective takes comm_units of the matrix units (GPU SMs) and its traffic's
+// share of HBM bandwidth; the kernel's compute and memory sides stretch by what is left.
+double ComputeModel::rate_under_comm(const Kernel& k) const {
+  const double units = static_cast<double>(std::max<int64_t>(1, chip_.matmul_units));
+  const double units_left = 1.0 - std::min(0.5, static_cast<double>(chip_.comm_units) / units);
+  const double comm_bytes_per_s =
+      chip_.comm_memory_traffic * chip_.link_bidi_per_chip() * chip_.link_efficiency;
+  const double hbm_left =
+      1.0 - std::min(0.5, comm_bytes_per_s / (chip_.hbm_bytes_per_s * chip_.hbm_efficiency));
+  const double alone = k.launch_s + combine(k.compute_s, k.memory_s);
+  const double shared =
+      k.launch_s + combine(k.compute_s / units_left, k.memory_s / hbm_left);
+  return alone > 0 && shared > alone ? alone / shared : 1.0;
+}
+
+// HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
+// With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
+// it (and not from the epilogue's accumulators), and written if an op after the kernel reads
+// it (saved for backward, the residual stream) or none in the step does (parameters, the
+// optimizer's state). Without it (synthetic traces), each op is assumed to consume its
+// predecessor's output in registers and only the chain's last output is written:
+//   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+double ComputeModel::fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j,
+                                 const OpDesc* mm) const {
+  bool flow = true;
+  for (size_t x = i; x < j; ++x)
+    flow &= ops[x].kind == OpKind::kView ||
+            (ops[x].index >= 0 && !(ops[x].reads.empty() && ops[x].writes.empty()));
+  double reads = 0, writes = 0;
+  if (flow) {
+    const int64_t first = ops[i].index, last = ops[j - 1].index;
+    std::vector<int64_t> seen;
+    for (size_t x = i; x < j; ++x) {
+      const OpDesc& f = ops[x];
+      if (f.kind == OpKind::kView) continue;
+      for (size_t r = 0; r < f.reads.size(); ++r) {
+        const int64_t from = f.read_from[r];
+        if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
+        if (std::find(seen.begin(), seen.end(), f.reads[r].id) != seen.end()) continue;
+        seen.push_back(f.reads[r].id);
+        reads += static_cast<double>(f.reads[r].bytes);
+      }
+      for (size_t w = 0; w < f.writes.size(); ++w)
+        if (f.last_read_by[w] < 0 || f.last_read_by[w] > last)
+          writes += static_cast<double>(f.writes[w].bytes);
+    }
+    return reads + writes;
+  }
+  int64_t prev_written = -1;
+  for (size_t x = i; x < j; ++x) {
+    const OpDesc& f = ops[x];
+    if (f.kind == OpKind::kView) continue;
+    reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
+                              : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
+    prev_written = f.bytes_written;
+    writes = static_cast<double>(f.bytes_written);
+  }
+  if (mm) reads = std::max(0.0, reads - static_cast<double>(mm->bytes_written));
+  return reads + writes;
 }
 
 std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
@@ -274,7 +324,10 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     if (!o.fuse_elementwise || !fusable(op.kind)) {
       Kernel k;
       k.category = op_kind_name(op.kind);
-      k.exec_s = roofline_s(op);
+      const KernelTime kt = kernel_time(op);
+      k.compute_s = kt.compute_s;
+      k.memory_s = kt.memory_s;
+      k.exec_s = combine(kt.compute_s, kt.memory_s);
       k.host_s = op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       k.ops = 1;
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
@@ -288,14 +341,11 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       ++i;
       continue;
     }
-    // A chain of fusable ops becomes one kernel. Without tensor identities we assume each op
-    // consumes its predecessor's output in registers: an op's reads beyond the previous
-    // output come from HBM, and only the chain's last output is written back.
-    //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+    // A chain of fusable ops becomes one kernel.
     Kernel k;
     k.category = "elementwise";
-    double reads = 0, flops = 0;
-    int64_t prev_written = -1, last_written = 0, real_ops = 0;
+    double flops = 0;
+    int64_t real_ops = 0;
     bool has_reduction = false;
     size_t j = i;
     for (; j < ops.size() && fusable(ops[j].kind); ++j) {
@@ -305,23 +355,20 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       if (f.kind == OpKind::kView) continue;
       ++real_ops;
       has_reduction |= f.kind == OpKind::kReduction;
-      reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
-                                : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
-      prev_written = f.bytes_written;
-      last_written = f.bytes_written;
       flops += f.flops;
     }
     if (has_reduction) k.category = "reduction";
     // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
     // matmul's accumulators, not from HBM, and needs no launch of its own.
-    bool epilogue = o.fuse_epilogue && !out.empty() && i > 0 &&
-                    (ops[i - 1].kind == OpKind::kMatmul);
-    if (epilogue) reads = std::max(0.0, reads - static_cast<double>(ops[i - 1].bytes_written));
-    double bytes = reads + static_cast<double>(last_written);
-    k.exec_s = combine(compute_s(flops, kVectorPeakFraction), memory_s(bytes));
+    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1].kind == OpKind::kMatmul
+                           ? &ops[i - 1] : nullptr;
+    const double bytes = fused_bytes(ops, i, j, mm);
+    k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
+    k.memory_s = memory_s(bytes);
+    k.exec_s = combine(k.compute_s, k.memory_s);
     k.bytes = static_cast<int64_t>(bytes);
     k.flops = flops;
-    k.launch_s = (real_ops == 0 || epilogue) ? 0 : o.launch_per_kernel_s;
+    k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
     out.push_back(k);
     i = j;
   }

@@ -38,7 +38,14 @@ struct AttentionShape {
   bool backward = false;  // the backward kernel (dQ, dK, dV), ~2.5x the forward FLOPs
 };
 
-// One recorded op. The recorder fills kind, shapes and bytes; helpers below fill the rest.
+// A tensor an op reads or writes, by identity (the recorder uses its storage), with its bytes.
+struct TensorUse {
+  int64_t id = 0;
+  int64_t bytes = 0;
+};
+
+// One recorded op. The recorder fills kind, shapes, bytes and (when it can) the tensors it
+// reads and writes; helpers below fill the rest.
 struct OpDesc {
   std::string name;  // aten name, for reports
   OpKind kind = OpKind::kOther;
@@ -48,6 +55,13 @@ struct OpDesc {
   MatmulShape mm;             // kMatmul
   AttentionShape attn;        // kAttention
   int64_t dtype_bytes = 2;    // element size of the compute dtype
+  std::vector<TensorUse> reads, writes;
+  // Data flow, filled by Trace::compute: the op's position among the step's ops; per read,
+  // the position of the op that wrote it (-1: written before the step or by no recorded
+  // op); per write, the position of the last op that reads it before it is overwritten
+  // (-1: none in the step). Fusion uses it to decide which tensors must reach HBM.
+  int64_t index = -1;
+  std::vector<int64_t> read_from, last_read_by;
 };
 
 OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);
@@ -58,7 +72,9 @@ OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, in
 // What a run of ops becomes on the device.
 struct Kernel {
   std::string category;  // op_kind_name of its main op
-  double exec_s = 0;     // roofline time of the math / memory traffic
+  double exec_s = 0;     // roofline time of the math / memory traffic (of the two below)
+  double compute_s = 0;  // the math alone at the matrix / vector rate
+  double memory_s = 0;   // the HBM traffic alone
   double launch_s = 0;   // device-side per-kernel overhead (program / kernel launch gap)
   double host_s = 0;     // host dispatch of the ops it holds
   double flops = 0;      // FLOPs it executes (attention: causal-skipped FLOPs not counted)
@@ -66,8 +82,8 @@ struct Kernel {
   int64_t ops = 0;       // recorded ops folded into it
 };
 
-// Per-op and per-kernel overheads of an execution mode on a device family (documented in
-// compute_cost.cpp).
+// Per-op and per-kernel overheads of an execution mode on a chip (its [dispatch] figures; the
+// cpu device's are measured, see compute_cost.cpp).
 struct ExecutionOverheads {
   double host_per_op_s = 0;       // host work per recorded op (dispatch / tracing)
   double host_per_view_s = 0;     // the same for a metadata-only op (= host_per_op_s except
@@ -83,8 +99,8 @@ class ComputeModel {
  public:
   ComputeModel(const ChipSpec& chip, ExecutionMode mode);
 
-  // Fraction of peak a matmul of this shape reaches (kMatmulPeakEfficiency x tile padding x
-  // wave quantization).
+  // Fraction of the datasheet peak a matmul of this shape reaches (sustained clock x tile
+  // padding x wave quantization against the chip's matrix units).
   double matmul_efficiency(const MatmulShape& s) const;
   // max(flops / (peak * efficiency), bytes / (hbm_bw * hbm_efficiency)) for one op, unfused.
   double roofline_s(const OpDesc& op) const;
@@ -93,11 +109,18 @@ class ComputeModel {
 
   // Lowers ops that run back to back (no collective in between) into kernels.
   std::vector<Kernel> lower(const std::vector<OpDesc>& ops) const;
+  // The fraction of its speed a kernel keeps while a collective runs beside it.
+  double rate_under_comm(const Kernel& k) const;
 
   const ExecutionOverheads& overheads() const { return overheads_; }
   const ChipSpec& chip() const { return chip_; }
 
  private:
+  struct KernelTime {
+    double compute_s = 0, memory_s = 0;
+  };
+  KernelTime kernel_time(const OpDesc& op) const;
+  double fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j, const OpDesc* mm) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;
@@ -105,8 +128,6 @@ class ComputeModel {
   ChipSpec chip_;
   ExecutionMode mode_;
   ExecutionOverheads overheads_;
-  double matmul_peak_efficiency_;
-  double hbm_efficiency_;
 };
 
 }  // namespace titan::devices

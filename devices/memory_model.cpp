@@ -81,6 +81,31 @@ std::string MemoryReport::describe() const {
   return buf;
 }
 
+std::vector<std::pair<std::string, int64_t>> MemoryReport::consumers() const {
+  std::vector<std::pair<std::string, int64_t>> c = {
+      {"activations", activations},       {"optimizer states", optimizer},
+      {"parameters", params},             {"gradients", grads},
+      {"master weights", master},         {"collective buffers", collective_buffers},
+      {"runtime reserve", runtime_reserve}};
+  std::stable_sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return c;
+}
+
+void require_fits(const MemoryReport& r, const std::string& what) {
+  if (r.fits) return;
+  auto g = [](int64_t b) { return static_cast<double>(b) / kGiB; };
+  const auto parts = r.consumers();
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "%.1f GiB per chip against %.1f GiB; largest: %s %.1f GiB, %s %.1f GiB, %s %.1f GiB",
+                g(r.total), g(r.capacity), parts[0].first.c_str(), g(parts[0].second),
+                parts[1].first.c_str(), g(parts[1].second), parts[2].first.c_str(),
+                g(parts[2].second));
+  TITAN_CONFIG_FAIL("the layout does not fit in memory (", what, "): ", buf,
+                    ". Use more activation checkpointing, more chips or more sharding, or "
+                    "--simulation.allow_oom true to report its step time anyway");
+}
+
 // Tensors autograd keeps per token of one layer (elements; t = tp, SP = sequence parallel
 // norms so the residual stream is sharded by t, and the linears' gathered inputs are not):
 //   attention_norm input                  D/t

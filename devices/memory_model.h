@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/model_args.h"
 #include "devices/chip_catalog.h"
@@ -51,9 +53,16 @@ struct MemoryReport {
   bool fits = false;
   double total_gib() const { return static_cast<double>(total) / kGiB; }
   std::string describe() const;  // "41.2 GiB of 192.0 GiB: params 2.0, grads 2.0, ..."
+  // Every part with its bytes, largest first.
+  std::vector<std::pair<std::string, int64_t>> consumers() const;
 };
 
 MemoryReport memory_per_chip(const MemoryInputs& in, const ChipSpec& chip);
+
+// A layout that does not fit is refused: a config error giving the total against the
+// capacity and naming the largest consumers (no step time is reported for it). `what`
+// describes the layout ("8192 x tpu-v7, dp_shard 8192").
+void require_fits(const MemoryReport& r, const std::string& what);
 
 // Dense decoder-only transformer (Llama 3 / Qwen3 shape: GQA attention, SwiGLU MLP, RMSNorm).
 

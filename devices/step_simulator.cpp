@@ -18,14 +18,31 @@ CollectiveMode parse_collective_mode(const std::string& s) {
 
 double separate_launch_s(const ChipSpec& chip) {
   if (chip.name == "cpu") return chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
-  if (chip.fast_fabric == "NVLink") return 15e-6;  // NCCL launch + stream sync
-  return 30e-6;  // XLA program launch + cross-chip rendezvous (TPU, Trainium)
+  return chip.separate_collective_launch_s;  // [dispatch] of the chip file
 }
 
+// Links the op into the step's data flow: who wrote what it reads, and (on the writer) that
+// it was read. A view aliases its input's storage: it neither produces nor consumes data.
 void Trace::compute(const OpDesc& op) {
   TraceEvent e;
   e.type = TraceEvent::Type::kCompute;
   e.op = op;
+  OpDesc& d = e.op;
+  d.index = static_cast<int64_t>(op_event_.size());
+  d.read_from.assign(d.reads.size(), -1);
+  d.last_read_by.assign(d.writes.size(), -1);
+  if (d.kind != OpKind::kView) {
+    for (size_t r = 0; r < d.reads.size(); ++r) {
+      auto it = writer_.find(d.reads[r].id);
+      if (d.reads[r].id == 0 || it == writer_.end()) continue;
+      d.read_from[r] = it->second.op;
+      events_[op_event_[static_cast<size_t>(it->second.op)]].op.last_read_by[it->second.slot] =
+          d.index;
+    }
+    for (size_t w = 0; w < d.writes.size(); ++w)
+      if (d.writes[w].id != 0) writer_[d.writes[w].id] = Writer{d.index, w};
+  }
+  op_event_.push_back(events_.size());
   events_.push_back(std::move(e));
 }
 
@@ -55,6 +72,7 @@ class Replay {
   Replay(const Placement& p, const ChipSpec& chip, const SimulationOptions& o)
       : placement_(p), model_(chip, o.execution), options_(o) {
     compute_ = timeline_.add_stream("compute", false);
+    host_ = timeline_.add_stream("host", StreamKind::kHost);
     sep_launch_ = o.separate_launch_s >= 0 ? o.separate_launch_s : separate_launch_s(chip);
   }
 
@@ -123,22 +141,28 @@ class Replay {
     return id;
   }
 
+  // Each kernel is dispatched by a host task (FIFO on the host stream: the host runs ahead
+  // of the device) and runs on the compute stream once dispatched. A synchronous host (cpu)
+  // dispatches the next op only after the previous one has finished.
   void flush_ops() {
     if (pending_ops_.empty()) return;
     close_bucket();  // compute between collectives ends a coalescing run
     const ExecutionOverheads& o = model_.overheads();
     for (const Kernel& k : model_.lower(pending_ops_)) {
-      host_s_ += k.host_s;
+      TimelineTask h;
+      h.stream = host_;
+      h.duration_s = k.host_s;
+      if (!o.async && last_compute_ >= 0) h.deps.push_back(last_compute_);
+      last_host_ = timeline_.add(h);
       TimelineTask t;
       t.stream = compute_;
       t.duration_s = k.launch_s + k.exec_s;
       t.overhead_s = k.launch_s;
-      t.ready_s = host_s_;
       t.category = k.category;
+      t.rate_under_comm = model_.rate_under_comm(k);
       t.deps.swap(next_compute_deps_);
-      int64_t id = timeline_.add(t);
-      if (!o.async) host_s_ = timeline_.timing(id).end_s;  // host waits for each op
-      last_compute_ = id;
+      t.deps.push_back(last_host_);
+      last_compute_ = timeline_.add(t);
       flops_ += k.flops;
       ++kernels_;
     }
@@ -160,7 +184,7 @@ class Replay {
     bucket_ = c;
     bucket_works_ = {e.work};
     bucket_dep_ = last_compute_;  // inputs are ready when the compute before it is done
-    bucket_ready_ = host_s_;
+    bucket_host_ = last_host_;    // and the host has issued it
   }
 
   void close_bucket() {
@@ -168,8 +192,8 @@ class Replay {
     bucket_open_ = false;
     std::vector<int64_t> deps;
     if (bucket_dep_ >= 0) deps.push_back(bucket_dep_);
-    int64_t id = add_collective(bucket_, bucket_ready_, deps,
-                                model_.overheads().launch_per_kernel_s);
+    if (bucket_host_ >= 0) deps.push_back(bucket_host_);
+    int64_t id = add_collective(bucket_, deps, model_.overheads().launch_per_kernel_s);
     for (int64_t w : bucket_works_) work_task_[w] = id;
   }
 
@@ -179,22 +203,27 @@ class Replay {
     std::vector<int64_t> deps;
     if (last_compute_ >= 0) deps.push_back(last_compute_);
     if (last_collective_ >= 0) deps.push_back(last_collective_);
-    int64_t id = add_collective(e.collective, host_s_, deps, sep_launch_);
+    if (last_host_ >= 0) deps.push_back(last_host_);
+    int64_t id = add_collective(e.collective, deps, sep_launch_);
     last_collective_ = id;
     work_task_[e.work] = id;
     next_compute_deps_.push_back(id);
   }
 
   // One collective task: alpha-beta cost on its group plus a launch (none for a group of 1).
-  int64_t add_collective(const CollectiveDesc& c, double ready, const std::vector<int64_t>& deps,
+  // Its bandwidth part shares the physical axes it spans with concurrent collectives.
+  int64_t add_collective(const CollectiveDesc& c, const std::vector<int64_t>& deps,
                          double launch_s) {
-    CollectiveCost cost = collective_cost(placement_, c.group, c.kind, c.bytes);
+    const std::vector<AxisSegment> segments = placement_.group(c.group);
+    CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
     TimelineTask t;
     t.stream = comm_stream(c.stream);
-    t.ready_s = ready;
     t.deps = deps;
     const double launch = cost.group_size > 1 ? launch_s : 0.0;
     t.duration_s = cost.total_s() + launch;
+    t.shared_s = cost.bandwidth_s;
+    for (const AxisSegment& seg : segments)
+      if (seg.count > 1) t.links.push_back(seg.axis);
     t.overhead_s = launch;
     t.overhead_category = "collective launch";
     t.category = std::string(collective_name(c.kind)) + " " + c.group;
@@ -207,18 +236,16 @@ class Replay {
   SimulationOptions options_;
   double sep_launch_ = 0;
   Timeline timeline_;
-  int compute_ = 0;
+  int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
   std::unordered_map<int64_t, int64_t> work_task_;
   std::vector<OpDesc> pending_ops_;
   std::vector<int64_t> next_compute_deps_;
-  double host_s_ = 0;
-  int64_t last_compute_ = -1, last_collective_ = -1;
+  int64_t last_compute_ = -1, last_collective_ = -1, last_host_ = -1;
   bool bucket_open_ = false;
   CollectiveDesc bucket_;
   std::vector<int64_t> bucket_works_;
-  int64_t bucket_dep_ = -1;
-  double bucket_ready_ = 0;
+  int64_t bucket_dep_ = -1, bucket_host_ = -1;
   double flops_ = 0;
   int64_t ops_ = 0, kernels_ = 0, collectives_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,22 +54,27 @@ class Trace {
   size_t size() const { return events_.size(); }
 
  private:
+  struct Writer {
+    int64_t op = -1;  // index of the op that last wrote the tensor
+    size_t slot = 0;  // which of its writes
+  };
   std::vector<TraceEvent> events_;
+  std::vector<size_t> op_event_;  // event position of each compute op
+  std::unordered_map<int64_t, Writer> writer_;
   int64_t next_work_ = 0;
 };
 
 struct SimulationOptions {
   ExecutionMode execution = ExecutionMode::kDeferAndFuse;
   CollectiveMode collective_mode = CollectiveMode::kFused;
-  // Fixed cost of a collective run as its own unit (separate mode); < 0: family default
+  // Fixed cost of a collective run as its own unit (separate mode); < 0: the chip's
   // (separate_launch_s).
   double separate_launch_s = -1;
 };
 
-// Fixed cost per collective in separate mode. TorchTPU compiles each collective into its own
-// module: a program launch (~10-20 us on TPU runtimes) plus the implicit cross-chip
-// rendezvous before data moves; GPU: a standalone NCCL launch + stream synchronisation; cpu:
-// the per-op framework overhead.
+// Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:
+// its own program launch plus the implicit cross-chip rendezvous; GPU: a standalone NCCL
+// launch and stream synchronisation); cpu: the measured per-op framework overhead.
 double separate_launch_s(const ChipSpec& chip);
 
 struct CostItem {

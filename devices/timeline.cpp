@@ -1,6 +1,7 @@
 #include "devices/timeline.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "common/error.h"
@@ -53,10 +54,48 @@ double minus_length(const Intervals& a, const Intervals& b) {
 
 }  // namespace
 
+std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows) {
+  std::vector<double> rate(flows.size(), -1.0);
+  std::map<int, double> capacity;
+  for (const auto& f : flows)
+    for (int l : f) capacity[l] = 1.0;
+  for (size_t i = 0; i < flows.size(); ++i)
+    if (flows[i].empty()) rate[i] = 1.0;
+  // Progressive filling: the link whose capacity, split over its unfixed flows, is the
+  // smallest fixes those flows at that share; repeat with what the other links have left.
+  while (true) {
+    double best = -1;
+    int bottleneck = 0;
+    for (const auto& [link, cap] : capacity) {
+      int unfixed = 0;
+      for (size_t i = 0; i < flows.size(); ++i)
+        if (rate[i] < 0 && std::find(flows[i].begin(), flows[i].end(), link) != flows[i].end())
+          ++unfixed;
+      if (unfixed > 0 && (best < 0 || cap / unfixed < best)) {
+        best = cap / unfixed;
+        bottleneck = link;
+      }
+    }
+    if (best < 0) break;
+    for (size_t i = 0; i < flows.size(); ++i) {
+      if (rate[i] >= 0 ||
+          std::find(flows[i].begin(), flows[i].end(), bottleneck) == flows[i].end())
+        continue;
+      rate[i] = best;
+      for (int l : flows[i]) capacity[l] = std::max(0.0, capacity[l] - best);
+    }
+  }
+  return rate;
+}
+
 int Timeline::add_stream(const std::string& name, bool communication) {
+  return add_stream(name, communication ? StreamKind::kCommunication : StreamKind::kCompute);
+}
+
+int Timeline::add_stream(const std::string& name, StreamKind kind) {
   Stream s;
   s.name = name;
-  s.communication = communication;
+  s.kind = kind;
   streams_.push_back(s);
   return static_cast<int>(streams_.size()) - 1;
 }
@@ -65,22 +104,118 @@ int64_t Timeline::add(const TimelineTask& task) {
   TITAN_CHECK(task.stream >= 0 && task.stream < static_cast<int>(streams_.size()),
               "timeline task on unknown stream ", task.stream);
   TITAN_CHECK(task.duration_s >= 0, "negative task duration ", task.duration_s);
-  Stream& s = streams_[static_cast<size_t>(task.stream)];
-  double start = std::max(s.free_s, task.ready_s);
+  TITAN_CHECK(task.shared_s >= 0 && task.shared_s <= task.duration_s,
+              "shared part ", task.shared_s, " outside the task's duration ", task.duration_s);
+  TITAN_CHECK(task.rate_under_comm > 0 && task.rate_under_comm <= 1,
+              "rate under communication must be in (0, 1], got ", task.rate_under_comm);
   const int64_t id = static_cast<int64_t>(tasks_.size());
-  for (int64_t d : task.deps) {
+  for (int64_t d : task.deps)
     TITAN_CHECK(d >= 0 && d < id, "task depends on a task not yet added: ", d);
-    start = std::max(start, timings_[static_cast<size_t>(d)].end_s);
-  }
-  TaskTiming t{start, start + task.duration_s};
-  s.free_s = t.end_s;
-  s.last = id;
+  streams_[static_cast<size_t>(task.stream)].tasks.push_back(id);
   tasks_.push_back(task);
-  timings_.push_back(t);
+  dirty_ = true;
   return id;
 }
 
+const TaskTiming& Timeline::timing(int64_t id) const {
+  TITAN_CHECK(id >= 0 && id < size(), "no timeline task ", id);
+  if (dirty_) run();
+  return timings_[static_cast<size_t>(id)];
+}
+
+// Event-driven pass. At most one task runs per stream; between events every running task
+// progresses at a constant rate: compute at 1 (or rate_under_comm while a communication
+// task runs), a collective's fixed part (launch, latency) at 1, its shared part at its
+// max-min fair share of the links it uses. Events: a task ends or moves to its shared part,
+// a waiting task's ready time arrives. The lowest unfinished task id can always start (its
+// dependencies and stream predecessors have lower ids), so the pass cannot deadlock.
+void Timeline::run() const {
+  const size_t n = tasks_.size(), ns = streams_.size();
+  timings_.assign(n, TaskTiming{});
+  std::vector<char> done(n, 0);
+  std::vector<size_t> head(ns, 0);
+  struct Slot {
+    int64_t id = -1;
+    double fixed = 0, shared = 0;  // remaining seconds of each part at full speed
+  };
+  std::vector<Slot> slot(ns);
+  std::vector<double> rate(ns, 1.0);
+  std::vector<std::vector<int>> flows;
+  std::vector<size_t> flow_stream;
+  double t = 0;
+  size_t finished = 0;
+  auto startable = [&](size_t s, bool* waits_for_time) {
+    *waits_for_time = false;
+    if (slot[s].id >= 0 || head[s] >= streams_[s].tasks.size()) return false;
+    const TimelineTask& k = tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])];
+    for (int64_t d : k.deps)
+      if (!done[static_cast<size_t>(d)]) return false;
+    *waits_for_time = k.ready_s > t;
+    return !*waits_for_time;
+  };
+  auto finish = [&](size_t s, int64_t id) {
+    timings_[static_cast<size_t>(id)].end_s = t;
+    done[static_cast<size_t>(id)] = 1;
+    ++finished;
+    ++head[s];
+    slot[s] = Slot{};
+  };
+  while (finished < n) {
+    for (bool started = true; started;) {
+      started = false;
+      for (size_t s = 0; s < ns; ++s) {
+        bool wait = false;
+        if (!startable(s, &wait)) continue;
+        const int64_t id = streams_[s].tasks[head[s]];
+        const TimelineTask& k = tasks_[static_cast<size_t>(id)];
+        timings_[static_cast<size_t>(id)].start_s = t;
+        slot[s] = Slot{id, k.duration_s - k.shared_s, k.shared_s};
+        if (k.duration_s <= 0) finish(s, id);
+        started = true;
+      }
+    }
+    if (finished == n) break;
+    bool comm_active = false;
+    flows.clear();
+    flow_stream.clear();
+    for (size_t s = 0; s < ns; ++s) {
+      if (slot[s].id < 0 || streams_[s].kind != StreamKind::kCommunication) continue;
+      comm_active = true;
+      if (slot[s].fixed <= 0) {
+        flows.push_back(tasks_[static_cast<size_t>(slot[s].id)].links);
+        flow_stream.push_back(s);
+      }
+    }
+    const std::vector<double> fair = max_min_fair_rates(flows);
+    for (size_t s = 0; s < ns; ++s) rate[s] = 1.0;
+    for (size_t f = 0; f < flows.size(); ++f) rate[flow_stream[f]] = fair[f];
+    double dt = std::numeric_limits<double>::infinity();
+    for (size_t s = 0; s < ns; ++s) {
+      if (slot[s].id < 0) {
+        bool wait = false;
+        startable(s, &wait);
+        if (wait) dt = std::min(dt, tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])].ready_s - t);
+        continue;
+      }
+      if (streams_[s].kind == StreamKind::kCompute && comm_active)
+        rate[s] = tasks_[static_cast<size_t>(slot[s].id)].rate_under_comm;
+      dt = std::min(dt, (slot[s].fixed > 0 ? slot[s].fixed : slot[s].shared) / rate[s]);
+    }
+    TITAN_CHECK(dt < std::numeric_limits<double>::infinity(), "timeline: no task can progress");
+    t += dt;
+    for (size_t s = 0; s < ns; ++s) {
+      if (slot[s].id < 0) continue;
+      double& rem = slot[s].fixed > 0 ? slot[s].fixed : slot[s].shared;
+      // The task(s) that define this event land exactly on zero.
+      rem = rem <= rate[s] * dt * (1 + 1e-12) ? 0.0 : rem - rate[s] * dt;
+      if (slot[s].fixed <= 0 && slot[s].shared <= 0) finish(s, slot[s].id);
+    }
+  }
+  dirty_ = false;
+}
+
 TimelineSummary Timeline::summarize() const {
+  if (dirty_) run();
   TimelineSummary r;
   Intervals compute, comm;
   std::vector<double> busy(streams_.size(), 0.0);
@@ -88,13 +223,20 @@ TimelineSummary Timeline::summarize() const {
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const TimelineTask& t = tasks_[i];
     const TaskTiming& tm = timings_[i];
+    const Stream& st = streams_[static_cast<size_t>(t.stream)];
+    if (st.kind == StreamKind::kHost) continue;
+    const double elapsed = tm.end_s - tm.start_s;
     r.makespan_s = std::max(r.makespan_s, tm.end_s);
-    busy[static_cast<size_t>(t.stream)] += t.duration_s;
-    (streams_[static_cast<size_t>(t.stream)].communication ? comm : compute)
-        .push_back({tm.start_s, tm.end_s});
+    busy[static_cast<size_t>(t.stream)] += elapsed;
+    (st.kind == StreamKind::kCommunication ? comm : compute).push_back({tm.start_s, tm.end_s});
     double overhead = std::min(t.overhead_s, t.duration_s);
     if (overhead > 0) cats[t.overhead_category] += overhead;
     if (t.duration_s - overhead > 0) cats[t.category] += t.duration_s - overhead;
+    // Slower than alone: links shared with other collectives, or SMs / HBM lent to them.
+    if (elapsed > t.duration_s * (1 + 1e-9))
+      cats[st.kind == StreamKind::kCommunication ? "shared links"
+                                                 : "compute slowed by communication"] +=
+          elapsed - t.duration_s;
   }
   compute = merge(std::move(compute));
   comm = merge(std::move(comm));
@@ -104,7 +246,9 @@ TimelineSummary Timeline::summarize() const {
   r.exposed_comm_fraction = r.makespan_s > 0 ? r.exposed_comm_s / r.makespan_s : 0;
   r.idle_s = std::max(0.0, r.makespan_s - r.compute_busy_s - r.exposed_comm_s);
   for (size_t s = 0; s < streams_.size(); ++s)
-    r.streams.push_back({streams_[s].name, streams_[s].communication, busy[s]});
+    if (streams_[s].kind != StreamKind::kHost)
+      r.streams.push_back({streams_[s].name, streams_[s].kind == StreamKind::kCommunication,
+                           busy[s]});
   r.categories.assign(cats.begin(), cats.end());
   std::stable_sort(r.categories.begin(), r.categories.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });

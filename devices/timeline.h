@@ -1,5 +1,7 @@
-// Timeline: a discrete-event simulator of in-order device streams (one compute stream, any
-// number of communication streams) with cross-stream dependencies; used by step_simulator.h.
+// Timeline: a discrete-event simulator of in-order streams (the host's dispatch, one compute
+// stream, any number of communication streams) with cross-stream dependencies, links that
+// concurrent collectives share max-min fairly, and compute slowed while communication runs;
+// used by step_simulator.h.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +11,24 @@
 
 namespace titan::devices {
 
+enum class StreamKind { kCompute, kCommunication, kHost };
+
 struct TimelineTask {
   int stream = 0;
-  double duration_s = 0;
+  double duration_s = 0;         // alone on the device, at full speed
   double ready_s = 0;            // cannot start before (e.g. when the host dispatched it)
   std::vector<int64_t> deps;     // ids of earlier tasks that must finish first
   std::string category;          // for the cost breakdown ("matmul", "all_gather dp_shard")
   double overhead_s = 0;         // part of duration_s counted as overhead_category
   std::string overhead_category = "launch overhead";
+  // Communication: the last `shared_s` of duration_s moves bytes over `links` (ids of
+  // physical links, e.g. a torus axis); tasks running on a common link share it max-min
+  // fairly, so two collectives alone on one link each progress at half speed.
+  double shared_s = 0;
+  std::vector<int> links;
+  // Compute: the fraction of its speed the task keeps while a communication task runs
+  // (GPU collectives take SMs and HBM bandwidth from the kernels they overlap).
+  double rate_under_comm = 1;
 };
 
 struct TaskTiming {
@@ -37,35 +49,41 @@ struct TimelineSummary {
   double exposed_comm_s = 0;         // communication while no compute runs
   double exposed_comm_fraction = 0;  // exposed_comm_s / makespan_s
   double idle_s = 0;                 // neither computing nor communicating (host bound)
-  std::vector<StreamBusy> streams;
-  // Busy seconds per category (launch overhead split out), largest first.
+  std::vector<StreamBusy> streams;   // device streams (not the host's)
+  // Device busy seconds per category (launch overhead split out; time lost to shared links
+  // and to communication slowing compute as their own categories), largest first.
   std::vector<std::pair<std::string, double>> categories;
 };
 
 // Streams execute their tasks in the order added (CUDA-stream / TPU-queue semantics). A task
-// starts at max(its stream is free, every dependency has ended, ready_s). Because tasks are
-// added in program order and depend only on earlier tasks, every event time is final when
-// the task is added: the event loop collapses to one pass, O(1) per task.
+// starts once its stream is free, every dependency has ended and ready_s has passed. Tasks
+// are added in program order and depend only on earlier tasks. Timings are computed on
+// demand (timing, summarize) by one event-driven pass: O(tasks x streams).
 class Timeline {
  public:
   int add_stream(const std::string& name, bool communication);
+  int add_stream(const std::string& name, StreamKind kind);
   int64_t add(const TimelineTask& task);
-  const TaskTiming& timing(int64_t id) const { return timings_[static_cast<size_t>(id)]; }
-  double stream_free_s(int stream) const { return streams_[static_cast<size_t>(stream)].free_s; }
-  int64_t last_task(int stream) const { return streams_[static_cast<size_t>(stream)].last; }
+  const TaskTiming& timing(int64_t id) const;
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   TimelineSummary summarize() const;  // O(n log n) in the number of tasks
 
  private:
+  void run() const;
+
   struct Stream {
     std::string name;
-    bool communication = false;
-    double free_s = 0;
-    int64_t last = -1;
+    StreamKind kind = StreamKind::kCompute;
+    std::vector<int64_t> tasks;
   };
   std::vector<Stream> streams_;
   std::vector<TimelineTask> tasks_;
-  std::vector<TaskTiming> timings_;
+  mutable std::vector<TaskTiming> timings_;
+  mutable bool dirty_ = false;
 };
+
+// Max-min fair rates of flows over shared links (progressive filling): every link carries
+// a total rate of at most 1; a flow with no links runs at 1. flows[i] lists flow i's links.
+std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows);
 
 }  // namespace titan::devices

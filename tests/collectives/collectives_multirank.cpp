@@ -93,6 +93,26 @@ TEST(Collectives, AllGatherReduceScatterAllToAllBroadcast) {
   }
 }
 
+// Blocks larger than TransportCommunicator::kScratchBytes are exchanged and reduced in
+// chunks; uneven block sizes make the ranks' last chunks differ in length.
+TEST(Collectives, ReductionsLargerThanTheScratchBufferGoInChunks) {
+  for (const auto& mode : kModes) {
+    auto& comm = world(mode).comm();
+    const int n = comm->size();
+    const int me = comm->rank();
+    const int64_t numel = 2'500'003;  // 10 MB of float32: 2 or more chunks per rank
+    auto t = data(me, numel, at::kFloat);
+    comm->all_reduce(t)->wait();
+    EXPECT_TRUE(torch::equal(t, expected_reduce(all_ranks(n, numel, at::kFloat), ReduceOp::kSum)))
+        << mode << " all_reduce";
+    const int64_t m = 1'100'001;
+    auto rs = torch::empty({m});
+    comm->reduce_scatter(rs, data(me, n * m, at::kFloat), ReduceOp::kAvg)->wait();
+    auto full = expected_reduce(all_ranks(n, n * m, at::kFloat), ReduceOp::kAvg);
+    EXPECT_TRUE(torch::equal(rs, full.narrow(0, me * m, m))) << mode << " reduce_scatter";
+  }
+}
+
 TEST(Collectives, SendRecvRing) {
   for (const auto& mode : kModes) {
     auto& comm = world(mode).comm();

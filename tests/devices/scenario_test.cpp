@@ -46,7 +46,9 @@ TEST(Scenario, MfuRisesWithBatchAtFixedChips) {
     double mfu = simulate(s, 8192, ExecutionMode::kDeferAndFuse, CollectiveMode::kFused).mfu;
     EXPECT_GT(mfu, last) << "batch " << batch;
     EXPECT_GT(mfu, 0.3);
-    EXPECT_LT(mfu, 0.8);  // never above the 80% GEMM ceiling
+    // Attention on half-filled 256-wide MXUs, norms and the optimizer keep it well below the
+    // matmul-only ceiling (the whole peak on a TPU, which holds its clock).
+    EXPECT_LT(mfu, 0.9);
     last = mfu;
   }
 }

@@ -126,6 +126,28 @@ TEST(Config, BadInputsNameWhatIsWrong) {
   }
 }
 
+TEST(Config, ConfigMustBeAnExistingRegularFile) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{}, "--config FILE is required"},
+      {{"--training.steps", "3"}, "--config FILE is required"},
+      {{"--config", "/tmp"}, "config file /tmp: cannot be read (not a regular file)"},
+      {{"--config", "/nonexistent/y.toml"}, "config file /nonexistent/y.toml: cannot be read (no such file)"},
+  };
+  for (const auto& c : cases) {
+    try {
+      load_job_config(c.args);
+      ADD_FAILURE() << "no error for " << c.expected;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Config, MissingFileIsNamed) {
   try {
     load_job_config({"--config", "/nonexistent/x.toml"});

@@ -116,4 +116,20 @@ void commit_step_folder(const StepCommit& job) {
   }
 }
 
+void check_folder_writable(const std::string& folder, int64_t rank) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  TITAN_CONFIG_CHECK(!ec, "checkpoint.folder ", folder, ": cannot be created (", ec.message(), ")");
+  TITAN_CONFIG_CHECK(fs::is_directory(folder), "checkpoint.folder ", folder, ": is not a folder");
+  const fs::path probe = fs::path(folder) / (".write-test-" + rank_file(rank));
+  {
+    std::ofstream out(probe);
+    out << "titan";
+    out.flush();
+    TITAN_CONFIG_CHECK(out.good(), "checkpoint.folder ", folder,
+                       ": is not writable (checked at start, before the first save)");
+  }
+  fs::remove(probe, ec);
+}
+
 }  // namespace titan

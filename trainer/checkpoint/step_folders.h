@@ -24,6 +24,10 @@ std::vector<StepFolder> list_step_folders(const std::string& folder);
 // A final model-only export (its COMPLETE marker says so).
 bool is_model_only(const std::string& dir);
 
+// Creates the folder if needed and writes (then removes) a probe file; a config error naming the
+// folder when it cannot be written, so a bad checkpoint.folder fails at start, not at a save.
+void check_folder_writable(const std::string& folder, int64_t rank);
+
 // Writes a small text file and fsyncs it before renaming it into place.
 void write_text_durably(const std::string& path, const std::string& text);
 

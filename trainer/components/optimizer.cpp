@@ -3,26 +3,116 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "trainer/components/flat_kernels.h"
 
 namespace titan {
+namespace {
+
+// Flat offsets are rounded up to 64 bytes so that every parameter starts on a cache line.
+int64_t aligned(int64_t n, int64_t elem_bytes) {
+  const int64_t per_line = std::max<int64_t>(1, 64 / elem_bytes);
+  return (n + per_line - 1) / per_line * per_line;
+}
+
+bool flat_dtype(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == torch::kStrided &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
+torch::Tensor view_at(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like) {
+  return flat.narrow(0, offset, like.numel()).view(like.sizes());
+}
+
+}  // namespace
 
 AdamW::AdamW(std::vector<NamedParam> params, const OptimizerSection& cfg)
     : params_(std::move(params)), cfg_(cfg) {
-  for (auto& p : params_) {
-    states_.push_back({torch::zeros_like(p.param), torch::zeros_like(p.param)});
+  states_.resize(params_.size());
+  in_group_.assign(params_.size(), false);
+  build_flat_groups();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (in_group_[i]) continue;
+    auto& p = params_[i].param;
+    states_[i] = {torch::zeros_like(p), torch::zeros_like(p)};
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::build_flat_groups() {
+  torch::NoGradGuard no_grad;
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    FlatGroup g;
+    int64_t total = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i].param;
+      if (!flat_dtype(p) || p.scalar_type() != dtype) continue;
+      g.members.push_back(i);
+      g.offsets.push_back(total);
+      total += aligned(p.numel(), p.element_size());
+    }
+    if (g.members.empty()) continue;
+    auto opts = torch::TensorOptions().dtype(dtype);
+    g.params = torch::zeros({total}, opts);
+    g.grads = torch::zeros({total}, opts);
+    g.exp_avg = torch::zeros({total}, opts);
+    g.exp_avg_sq = torch::zeros({total}, opts);
+    for (size_t k = 0; k < g.members.size(); ++k) {
+      const size_t i = g.members[k];
+      auto& p = params_[i].param;
+      auto pv = view_at(g.params, g.offsets[k], p);
+      pv.copy_(p);
+      auto old_grad = p.grad();
+      // set_data keeps the parameter object (registered in the module, held by FSDP and TP
+      // plans) and makes it the view.
+      p.set_data(pv);
+      auto gv = view_at(g.grads, g.offsets[k], p);
+      if (old_grad.defined()) gv.copy_(old_grad);
+      p.mutable_grad() = gv;
+      states_[i] = {view_at(g.exp_avg, g.offsets[k], p), view_at(g.exp_avg_sq, g.offsets[k], p)};
+      in_group_[i] = true;
+    }
+    groups_.push_back(std::move(g));
+  }
+}
+
+void AdamW::adopt_grads(FlatGroup& g) {
+  for (size_t k = 0; k < g.members.size(); ++k) {
+    auto& p = params_[g.members[k]].param;
+    auto view = view_at(g.grads, g.offsets[k], p);
+    const auto& cur = p.grad();
+    if (cur.defined() && cur.data_ptr() == view.data_ptr() && cur.strides() == view.strides()) continue;
+    if (cur.defined()) {
+      view.copy_(cur);
+    } else {
+      view.zero_();
+    }
+    p.mutable_grad() = view;
+  }
+}
+
+void AdamW::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   ++step_;
   const double b1 = cfg_.beta1, b2 = cfg_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(step_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step_)));
+  const AdamWCoefs coefs{1.0 - lr * cfg_.weight_decay, b1, b2, cfg_.eps, -lr / bias1, bias2_sqrt, grad_scale};
+  for (auto& g : groups_) {
+    adopt_grads(g);
+    const int64_t n = g.params.numel();
+    if (g.params.scalar_type() == torch::kFloat64) {
+      adamw_update(g.params.data_ptr<double>(), g.grads.data_ptr<double>(), g.exp_avg.data_ptr<double>(),
+                   g.exp_avg_sq.data_ptr<double>(), n, coefs);
+    } else {
+      adamw_update(g.params.data_ptr<float>(), g.grads.data_ptr<float>(), g.exp_avg.data_ptr<float>(),
+                   g.exp_avg_sq.data_ptr<float>(), n, coefs);
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (in_group_[i]) continue;
     auto& p = params_[i].param;
     auto g = p.grad();
     if (!g.defined()) continue;
+    if (grad_scale != 1.0) g.mul_(grad_scale);
     auto& s = states_[i];
     p.mul_(1.0 - lr * cfg_.weight_decay);
     s.exp_avg.mul_(b1).add_(g, 1.0 - b1);
@@ -33,9 +123,28 @@ void AdamW::step(double lr) {
 }
 
 void AdamW::zero_grad() {
-  for (auto& p : params_) {
-    if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
+  for (auto& g : groups_) {
+    g.grads.zero_();
+    adopt_grads(g);
   }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i].param;
+    if (!in_group_[i] && p.grad().defined()) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+double AdamW::grad_sq_norm() {
+  double sq = 0;
+  for (auto& g : groups_) {
+    adopt_grads(g);
+    sq += g.grads.scalar_type() == torch::kFloat64 ? sum_squares(g.grads.data_ptr<double>(), g.grads.numel())
+                                                   : sum_squares(g.grads.data_ptr<float>(), g.grads.numel());
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& grad = params_[i].param.grad();
+    if (!in_group_[i] && grad.defined()) sq += squared_sum(grad);
+  }
+  return sq;
 }
 
 int64_t AdamW::state_bytes() const {
@@ -63,20 +172,31 @@ double lr_factor(const LrSchedulerSection& cfg, int64_t total_steps, int64_t ste
   return cfg.min_lr_factor + (1.0 - cfg.min_lr_factor) * shape;
 }
 
+double squared_sum(const torch::Tensor& t) {
+  if (flat_dtype(t) && t.is_contiguous()) {
+    return t.scalar_type() == torch::kFloat64 ? sum_squares(t.data_ptr<double>(), t.numel())
+                                              : sum_squares(t.data_ptr<float>(), t.numel());
+  }
+  auto sq = t.to(torch::kFloat64).pow(2).sum();
+  return t.is_meta() ? 0.0 : sq.item<double>();
+}
+
 double local_grad_sq_norm(const std::vector<NamedParam>& params) {
   double sq = 0;
   for (auto& p : params) {
-    if (p.param.grad().defined()) {
-      sq += p.param.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-    }
+    if (p.param.grad().defined()) sq += squared_sum(p.param.grad());
   }
   return sq;
+}
+
+double clip_coefficient(double global_norm, double max_norm) {
+  return max_norm <= 0 ? 1.0 : std::min(1.0, max_norm / (global_norm + 1e-6));
 }
 
 void clip_grads(const std::vector<NamedParam>& params, double global_norm, double max_norm) {
   if (max_norm <= 0) return;
   torch::NoGradGuard no_grad;
-  const double coef = std::min(1.0, max_norm / (global_norm + 1e-6));
+  const double coef = clip_coefficient(global_norm, max_norm);
   for (auto& p : params) {
     if (p.param.grad().defined()) p.param.grad().mul_(coef);
   }

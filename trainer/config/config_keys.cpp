@@ -24,6 +24,8 @@ Registry make_registry(JobConfig& c) {
   r.add("model", "ffn_dim", &c.model.ffn_dim, 0, kInf, "MLP intermediate size (0: flavor's)");
   r.add("model", "vocab_size", &c.model.vocab_size, 0, kInf,
         "vocabulary (0: flavor's, or the tokenizer's for debugmodel)");
+  r.add("model", "vocab_size_divisible_by", &c.model.vocab_size_divisible_by, 1, kInf,
+        "a tokenizer's vocabulary is padded to a multiple of this x the TP degree");
   r.add("model", "tie_embeddings", &c.model.tie_embeddings,
         "share input embedding and output projection");
   r.add("model", "rope_theta", &c.model.rope_theta, 0, kInf, "RoPE base (0: flavor's)");
@@ -64,6 +66,10 @@ Registry make_registry(JobConfig& c) {
         "dtype of gradient reduction");
   r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
   r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
+  r.add("training", "fused_kernels", &c.training.fused_kernels,
+        "fused CPU kernels for RMSNorm, SwiGLU, RoPE, attention and cross entropy (false: composite ATen ops)");
+  r.add("training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps,
+        "non-finite loss or gradient norm: skip the step (true) or stop the job (false)");
   r.add("training", "threads", &c.training.threads, 0, 4096,
         "intra-op threads per rank (0: cores / ranks on this host)");
 
@@ -125,11 +131,15 @@ Registry make_registry(JobConfig& c) {
 
   r.add("simulation", "enable", &c.simulation.enable, "run the step on simulated hardware");
   r.add("simulation", "device", &c.simulation.device, "chip name, e.g. tpu-v7, h100");
-  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, kInf, "simulated chips");
+  // The largest clusters built are ~1e5 chips; past 2^20 the simulator's per-chip tables
+  // (placement, topology) would outgrow a workstation before printing anything.
+  r.add("simulation", "num_chips", &c.simulation.num_chips, 1, 1048576, "simulated chips");
   r.add("simulation", "topology", &c.simulation.topology,
         "physical topology such as 16x16x32 (\"\": automatic)");
   r.add("simulation", "execution", &c.simulation.execution,
         "how ops are dispatched on the device");
+  r.add("simulation", "chip_file", &c.simulation.chip_file, "TOML file adding a chip");
+  r.add("simulation", "allow_oom", &c.simulation.allow_oom, "report a layout that does not fit");
   return r;
 }
 

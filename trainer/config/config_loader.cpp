@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -10,6 +9,7 @@
 
 #include "common/error.h"
 #include "trainer/config/config_keys.h"
+#include "trainer/config/torchtitan_keys.h"
 
 namespace titan {
 namespace {
@@ -87,12 +87,23 @@ std::string format_range(const KeySpec& s) {
   std::ostringstream os;
   os << type_name(s);
   if (!s.is_number() || (s.min == -kInf && s.max == kInf)) return os.str();
+  // Integer limits in full (1048576, not 1.04858e+06).
+  const bool whole = std::holds_alternative<int64_t*>(s.field);
+  auto num = [whole](double v) {
+    std::ostringstream n;
+    if (whole) {
+      n << static_cast<long long>(v);
+    } else {
+      n << v;
+    }
+    return n.str();
+  };
   if (s.min != -kInf && s.max != kInf) {
-    os << " in [" << s.min << ", " << s.max << "]";
+    os << " in [" << num(s.min) << ", " << num(s.max) << "]";
   } else if (s.min != -kInf) {
-    os << " >= " << s.min;
+    os << " >= " << num(s.min);
   } else {
-    os << " <= " << s.max;
+    os << " <= " << num(s.max);
   }
   return os.str();
 }
@@ -251,6 +262,39 @@ std::string value_text(const KeySpec& s) {
   return std::visit(Visitor{}, s.field);
 }
 
+// Every value of a section with its dotted key; sub-tables ([quantize.linear.float8]) are joined
+// with '.', as TorchTitan's nested sections are.
+void flatten(const toml::table& t, const std::string& prefix,
+             std::vector<std::pair<std::string, const toml::node*>>& out) {
+  for (auto&& [k, v] : t) {
+    const std::string name = prefix + std::string(k.str());
+    if (v.is_table()) {
+      flatten(*v.as_table(), name + ".", out);
+    } else {
+      out.emplace_back(name, &v);
+    }
+  }
+}
+
+// The registry entry for a key as written (a TorchTitan alias resolves to titan's key);
+// nullptr, after noting it in cfg.ignored_keys, for a TorchTitan key titan does not implement.
+KeySpec* resolve_key(JobConfig& cfg, Registry& reg, const std::string& written, const std::string& where) {
+  const std::string full = titan_key_for(written);
+  if (torchtitan_only_key(full)) {
+    cfg.ignored_keys.push_back(written);
+    return nullptr;
+  }
+  const auto dot = full.find('.');
+  return find_key(reg, full.substr(0, dot), full.substr(dot + 1), where);
+}
+
+std::string titan_value(JobConfig& cfg, const KeySpec& s, const std::string& v) {
+  std::string note;
+  std::string out = titan_value_for(s.full(), v, &note);
+  if (!note.empty()) cfg.ignored_keys.push_back(note);
+  return out;
+}
+
 }  // namespace
 
 void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file_label) {
@@ -267,12 +311,23 @@ void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file
         file_label + ":" + std::to_string(node.source().begin.line) + ": ";
     TITAN_CONFIG_CHECK(node.is_table(), where_s, "'", section.str(),
                        "' is outside any [section]; every key belongs to one, e.g. [training]");
-    check_section(reg, std::string(section.str()), where_s);
-    for (auto&& [key, value] : *node.as_table()) {
+    const std::string sec(section.str());
+    if (!torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
+    std::vector<std::pair<std::string, const toml::node*>> entries;
+    flatten(*node.as_table(), sec + ".", entries);
+    for (auto& [name, value] : entries) {
       const std::string where =
-          file_label + ":" + std::to_string(key.source().begin.line) + ": ";
-      KeySpec* spec = find_key(reg, std::string(section.str()), std::string(key.str()), where);
-      set_from_toml(*spec, value, where);
+          file_label + ":" + std::to_string(value->source().begin.line) + ": ";
+      KeySpec* spec = resolve_key(cfg, reg, name, where);
+      if (!spec) continue;
+      if (auto* str = value->as_string()) {
+        const std::string v = titan_value(cfg, *spec, str->get());
+        if (v != str->get()) {
+          set_from_toml(*spec, toml::value<std::string>(v), where);
+          continue;
+        }
+      }
+      set_from_toml(*spec, *value, where);
     }
   }
 }
@@ -282,64 +337,8 @@ void apply_override(JobConfig& cfg, const std::string& key, const std::string& v
   auto dot = key.find('.');
   TITAN_CONFIG_CHECK(dot != std::string::npos, where, "expected --section.key, got --", key);
   Registry reg = make_registry(cfg);
-  KeySpec* spec = find_key(reg, key.substr(0, dot), key.substr(dot + 1), where);
-  set_from_text(*spec, value, where);
-}
-
-void validate(const JobConfig& c) {
-  const auto& t = c.training;
-  if (t.global_batch_size > 0) {
-    TITAN_CONFIG_CHECK(t.global_batch_size % t.local_batch_size == 0,
-                       "training.global_batch_size (", t.global_batch_size,
-                       ") must be a multiple of training.local_batch_size (", t.local_batch_size,
-                       ")");
-  }
-  TITAN_CONFIG_CHECK(c.parallelism.data_parallel_shard_degree != 0,
-                     "parallelism.data_parallel_shard_degree must be -1 or >= 1, got 0");
-  TITAN_CONFIG_CHECK(c.optimizer.beta1 < 1 && c.optimizer.beta2 < 1, "optimizer betas must be < 1");
-  // The dataset key chooses where text comes from; a path that would be ignored is refused.
-  if (t.dataset == DatasetKind::kText) {
-    TITAN_CONFIG_CHECK(!t.dataset_path.empty(),
-                       "training.dataset = \"text\" needs training.dataset_path (a text file)");
-  } else {
-    TITAN_CONFIG_CHECK(t.dataset_path.empty(), "training.dataset_path is set (", t.dataset_path,
-                       ") but training.dataset = \"corpus\" reads the shipped corpus; set "
-                       "training.dataset = \"text\" to train on that file");
-  }
-}
-
-JobConfig load_job_config(const std::vector<std::string>& args) {
-  JobConfig cfg;
-  std::vector<std::pair<std::string, std::string>> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    TITAN_CONFIG_CHECK(a.rfind("--", 0) == 0, "command line: unexpected argument '", a,
-                       "' (options are --config FILE and --section.key VALUE)");
-    std::string name = a.substr(2), value;
-    auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      TITAN_CONFIG_CHECK(i + 1 < args.size(), "command line: --", name, " needs a value");
-      value = args[++i];
-    }
-    if (name == "config" || name == "job.config_file") {
-      cfg.source_file = value;
-    } else {
-      overrides.emplace_back(name, value);
-    }
-  }
-  if (!cfg.source_file.empty()) {
-    std::ifstream in(cfg.source_file);
-    TITAN_CONFIG_CHECK(in.good(), "config file ", cfg.source_file, ": cannot be read");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    apply_toml(cfg, ss.str(), cfg.source_file);
-  }
-  for (auto& [k, v] : overrides) apply_override(cfg, k, v);
-  validate(cfg);
-  return cfg;
+  KeySpec* spec = resolve_key(cfg, reg, key, where);
+  if (spec) set_from_text(*spec, titan_value(cfg, *spec, value), where);
 }
 
 std::string config_help() {

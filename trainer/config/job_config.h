@@ -30,6 +30,8 @@ struct ModelSection {
   int64_t head_dim = 0;
   int64_t ffn_dim = 0;
   int64_t vocab_size = 0;
+  // A vocabulary taken from the tokenizer is padded to a multiple of this times the TP degree.
+  int64_t vocab_size_divisible_by = 1;
   FlavorBool tie_embeddings = FlavorBool::kFlavor;
   double rope_theta = 0;
   double norm_eps = 0;
@@ -64,6 +66,10 @@ struct TrainingSection {
   Dtype mixed_precision_reduce = Dtype::kFloat32;
   int64_t seed = 0;
   bool deterministic = false;
+  bool fused_kernels = true;  // false: composite ATen ops (trainer/model/kernels/fused_kernels.h)
+  // Non-finite loss or gradient norm: false stops the job with an error, true skips the
+  // optimizer step and counts it (Trainer::skipped_steps). Weights never take NaN/Inf.
+  bool skip_nonfinite_steps = false;
   int64_t threads = 0;  // 0: cores on this host divided by the ranks on this host
 };
 
@@ -121,6 +127,8 @@ struct SimulationSection {
   int64_t num_chips = 8192;
   std::string topology = "";  // "" : chosen automatically
   Execution execution = Execution::kDeferAndFuse;
+  std::string chip_file = "";  // a chip data file that adds or overrides a catalog chip
+  bool allow_oom = false;      // report a layout that does not fit instead of refusing it
 };
 
 struct JobConfig {
@@ -136,6 +144,8 @@ struct JobConfig {
   CommSection comm;
   SimulationSection simulation;
   std::string source_file;  // the TOML file it came from, "" if none
+  // TorchTitan keys (and values) read but not implemented; load_job_config warns once.
+  std::vector<std::string> ignored_keys;
 };
 
 }  // namespace titan

@@ -4,7 +4,7 @@
 
 namespace titan {
 
-ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
+ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab, int64_t vocab_multiple) {
   ModelArgs a = model_flavor(to_string(m.name), m.flavor);
   auto over = [](int64_t& field, int64_t v) {
     if (v > 0) field = v;
@@ -16,7 +16,9 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
   over(a.head_dim, m.head_dim);
   over(a.ffn_dim, m.ffn_dim);
   over(a.vocab_size, m.vocab_size);
-  if (a.vocab_size == 0) a.vocab_size = tokenizer_vocab;
+  if (a.vocab_size == 0 && vocab_multiple > 0) {
+    a.vocab_size = (tokenizer_vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+  }
   if (m.tie_embeddings != FlavorBool::kFlavor) a.tie_embeddings = m.tie_embeddings == FlavorBool::kTrue;
   if (m.qk_norm != FlavorBool::kFlavor) a.qk_norm = m.qk_norm == FlavorBool::kTrue;
   if (m.rope_theta > 0) a.rope_theta = m.rope_theta;
@@ -28,6 +30,11 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab) {
   TITAN_CONFIG_CHECK(a.vocab_size >= tokenizer_vocab, "model.vocab_size (", a.vocab_size,
                      ") is smaller than the tokenizer's vocabulary (", tokenizer_vocab, ")");
   return a;
+}
+
+ModelArgs resolve_model_args(const JobConfig& cfg, int64_t tokenizer_vocab) {
+  return resolve_model_args(cfg.model, tokenizer_vocab,
+                            cfg.model.vocab_size_divisible_by * cfg.parallelism.tensor_parallel_degree);
 }
 
 }  // namespace titan

@@ -5,6 +5,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
 
+#include "trainer/model/kernels/attention_kernel.h"
+#include "trainer/model/kernels/cross_entropy_kernel.h"
+#include "trainer/model/kernels/rms_norm_kernel.h"
+#include "trainer/model/kernels/rope_kernel.h"
+#include "trainer/model/kernels/swiglu_kernel.h"
+
 namespace titan {
 namespace {
 
@@ -42,6 +48,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& o
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
+    if (fused && fusable(in) && in.scalar_type() == weight.scalar_type()) return fused_rms_norm(in, weight, eps);
     auto xf = in.to(torch::kFloat32);
     auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
     return weight * normed.to(in.scalar_type());
@@ -97,8 +104,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);
   auto cos = rope.cos.narrow(0, 0, S), sin = rope.sin.narrow(0, 0, S);
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  if (kernels.rope && fusable(q) && fusable(k)) {
+    q = fused_rope(q, cos, sin);
+    k = fused_rope(k, cos, sin);
+  } else {
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+  }
   const int64_t H = q.size(1), KV = k.size(1);
   torch::Tensor attn;
   {
@@ -106,15 +118,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     // this scope as one flash-attention kernel (kAttentionScope,
     // trainer/simulate/trace_recorder.h).
     RECORD_FUNCTION("titan::attention", std::vector<c10::IValue>({q, k, v}));
-    if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
-      k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-      v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+    if (kernels.attention && fusable(q) && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
+      attn = fused_causal_attention(q, k, v, 1.0 / std::sqrt(double(head_dim)));
+    } else {
+      if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
+        k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+        v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+      }
+      auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
+      auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
+      scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+      auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+      attn = torch::matmul(probs, v);
     }
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
-    auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
-    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-    auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-    attn = torch::matmul(probs, v);
   }
   auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});
   return wo(out);
@@ -127,7 +143,9 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::Tens
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return w2(torch::silu(w1(x)) * w3(x));
+  auto gate = w1(x), up = w3(x);
+  if (fused && fusable(gate) && up.scalar_type() == gate.scalar_type()) return w2(fused_swiglu(gate, up));
+  return w2(torch::silu(gate) * up);
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
@@ -179,6 +197,17 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   return apply_wrap(forward_wrap, tokens, [this](const torch::Tensor& t) { return head(hidden(t)); });
 }
 
+void TransformerImpl::set_fused_kernels(const FusedKernels& k) {
+  for (auto& block : layers) {
+    block->attention->kernels = k;
+    for (auto* n : {&block->attention_norm, &block->ffn_norm, &block->attention->q_norm, &block->attention->k_norm}) {
+      if (*n) (*n)->fused = k.rms_norm;
+    }
+    block->feed_forward->fused = k.swiglu;
+  }
+  norm->fused = k.rms_norm;
+}
+
 void TransformerImpl::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
   const double base_std = 0.02;
@@ -211,7 +240,8 @@ void TransformerImpl::init_weights(uint64_t seed) {
 }
 
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
-                                double normalizer) {
+                                double normalizer, bool fused) {
+  if (fused && fusable(logits)) return fused_cross_entropy_sum(logits, labels, normalizer);
   auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
   auto logp = torch::log_softmax(flat, -1);
   auto picked = logp.gather(1, labels.reshape({-1, 1}));

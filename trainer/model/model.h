@@ -12,6 +12,7 @@
 
 #include "parallel/module_hooks.h"
 #include "common/model_args.h"
+#include "trainer/model/kernels/fused_kernels.h"
 
 namespace titan {
 
@@ -37,6 +38,7 @@ class RMSNormImpl : public WeightModule {
   RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
   double eps;
+  bool fused = true;  // trainer/model/kernels/rms_norm_kernel.h where the input allows it
 };
 TORCH_MODULE(RMSNorm);
 
@@ -55,6 +57,7 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const ModelArgs& args, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
   int64_t head_dim;
+  FusedKernels kernels;  // rope and attention; the norms carry their own switch
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 };
@@ -66,6 +69,7 @@ class FeedForwardImpl : public torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  bool fused = true;  // the gate by trainer/model/kernels/swiglu_kernel.h
 };
 TORCH_MODULE(FeedForward);
 
@@ -93,6 +97,9 @@ class TransformerImpl : public torch::nn::Module {
   // (seed, parameter name), so the result does not depend on order, rank or mesh.
   void init_weights(uint64_t seed);
 
+  // Switches every module's fused kernels (all on when constructed).
+  void set_fused_kernels(const FusedKernels& k);
+
   // Wraps the whole forward (tokens -> logits): where a plan gathers the root's parameters.
   WrapFn forward_wrap;
 
@@ -107,8 +114,9 @@ class TransformerImpl : public torch::nn::Module {
 TORCH_MODULE(Transformer);
 
 // Cross entropy summed over tokens (fp32), divided by `normalizer` (the tokens of the whole
-// global batch), so that micro-batch and data-parallel sums give the global mean.
+// global batch), so that micro-batch and data-parallel sums give the global mean. fused:
+// trainer/model/kernels/cross_entropy_kernel.h where the logits allow it.
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
-                                double normalizer);
+                                double normalizer, bool fused = true);
 
 }  // namespace titan

@@ -38,7 +38,8 @@ devices::ChipSpec simulated_chip(const JobConfig& cfg) {
     const devices::CpuCalibration cal = devices::load_cpu_calibration(cpu_calibration_path());
     return devices::find_chip(name, &cal);
   }
-  return devices::find_chip(name);  // unknown names: config error listing the valid ones
+  // Unknown names: config error listing the valid ones.
+  return devices::find_chip(name, nullptr, cfg.simulation.chip_file);
 }
 
 std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
@@ -120,7 +121,7 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
                                                                        : devices::CollectiveMode::kSeparate;
   r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
 
-  const ModelArgs args = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
   r.flops_per_token = flops_per_token(args, r.seq_len);
   r.peak_flops = rec.chip.peak_bf16_flops;
   const double tokens = static_cast<double>(r.global_batch * r.seq_len);
@@ -162,6 +163,9 @@ std::string layout_string(const ParallelDims& d) {
 SimulationResult simulate(const JobConfig& cfg, bool other_mode) {
   const auto t0 = std::chrono::steady_clock::now();
   SimulationResult r = replay(cfg, record_step(cfg));
+  if (!cfg.simulation.allow_oom)  // no step time for a layout that cannot run
+    devices::require_fits(r.memory, std::to_string(r.num_chips) + " x " + r.report.device + ", " +
+                                        layout_string(r.dims));
   if (other_mode) {
     JobConfig other = cfg;
     other.comm.collective_mode =

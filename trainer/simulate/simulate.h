@@ -1,7 +1,7 @@
 // Simulated training: the trainer's own step (meta-device model with the real dims, the real
 // parallel plans over a `sim` World of num_chips ranks) recorded for one representative rank
 // and replayed on a device model (devices/step_simulator.h). Used by titan-train when
-// [simulation] enable = true, by launch/calibration-table, the benchmark and the tests.
+// [simulation] enable = true, by launch/validation-table, the benchmark and the tests.
 #pragma once
 
 #include <cstdint>

@@ -54,6 +54,21 @@ int64_t ivalue_bytes(const c10::IValue& v) {
   return 0;
 }
 
+// A tensor's identity for the data flow: its storage (views share it, in-place ops write it).
+int64_t storage_id(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return 0;
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(t.storage().unsafeGetStorageImpl()));
+}
+
+void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
+  auto one = [&](const at::Tensor& t) {
+    if (const int64_t id = storage_id(t)) out->push_back({id, tensor_bytes(t)});
+  };
+  if (v.isTensor()) one(v.toTensor());
+  if (v.isTensorList())
+    for (const at::Tensor& t : v.toTensorList().vec()) one(t);
+}
+
 const std::unordered_set<std::string>& view_ops() {
   // Metadata only, or allocation without a write: no HBM traffic.
   static const std::unordered_set<std::string> s = {
@@ -112,6 +127,7 @@ struct Frame : public at::ObserverContext {
   int64_t attn_dtype_bytes = 2;
   OpDesc op;
   int64_t first_input_bytes = 0;
+  std::vector<devices::TensorUse> first_input;  // what an in-place op writes
 };
 
 thread_local Frame* top = nullptr;
@@ -133,8 +149,14 @@ OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, in
     d = devices::matmul_op(name, s, static_cast<int64_t>(in[a].toTensor().element_size()));
     return true;
   };
-  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1)) return d;
-  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2)) return d;
+  auto with_reads = [&](OpDesc op, size_t from) {
+    for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &op.reads);
+    return op;
+  };
+  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1))
+    return with_reads(d, 0);
+  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2))
+    return with_reads(d, 0);
   if (view_ops().count(name)) {
     d.kind = OpKind::kView;
     return d;
@@ -145,8 +167,9 @@ OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, in
     const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
     d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
     d.bytes_read = ivalue_bytes(in[1]);
-    return d;
+    return with_reads(d, 1);
   }
+  if (!writes_only(name)) d = with_reads(d, 0);
   if (writes_only(name)) read = 0;
   d.kind = reduction_ops().count(name)    ? OpKind::kReduction
            : movement_ops().count(name) ? OpKind::kOther
@@ -196,6 +219,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } else if (!f->suppressed && name.rfind("aten::", 0) == 0) {
     f->is_op = true;
     f->op = describe(name, fn.inputs(), &f->first_input_bytes);
+    if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
   }
   top = f.get();
   return f;
@@ -221,13 +245,20 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
   OpDesc& d = f->op;
+  std::vector<devices::TensorUse> writes;
+  for (const auto& v : fn.outputs()) add_uses(v, &writes);
+  // An in-place op (add_, copy_) writes its first input, whatever it returns.
+  if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_input;
   if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
     int64_t written = 0;
     for (const auto& v : fn.outputs()) written += ivalue_bytes(v);
     if (written == 0 && !d.name.empty() && d.name.back() == '_') written = f->first_input_bytes;
     const double elements = static_cast<double>(written) / std::max<int64_t>(1, d.dtype_bytes);
+    std::vector<devices::TensorUse> reads = std::move(d.reads);
     d = devices::pointwise_op(d.name, d.kind, d.bytes_read, written, elements);
+    d.reads = std::move(reads);
   }
+  d.writes = std::move(writes);
   std::lock_guard<std::mutex> lock(mu);
   if (active) active->add_compute(d);
 }

@@ -75,7 +75,7 @@ namespace {
 // The TP plan for a Qwen3 / Llama 3 model (TorchTitan's plan): q/k/v and gate/up
 // column-wise, attention output and down row-wise, embedding and output on the vocabulary;
 // with sequence parallel the norms and the residual stream hold a sequence shard.
-void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool loss_parallel,
+void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool loss_parallel, bool fused,
                            ParallelizedModel& out) {
   auto shard = [&](WeightModule& m, int64_t dim) {
     shard_weight(m, dim, tp);
@@ -125,8 +125,8 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
       return vocab_parallel_cross_entropy_sum(logits, labels, normalizer, tp);
     };
   } else {
-    out.loss = [&tp](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
-      return cross_entropy_sum(gather_last_dim(logits, tp), labels, normalizer);
+    out.loss = [&tp, fused](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+      return cross_entropy_sum(gather_last_dim(logits, tp), labels, normalizer, fused);
     };
   }
 }
@@ -137,14 +137,15 @@ bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh
 
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg) {
   ParallelizedModel out;
-  out.loss = [](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
-    return cross_entropy_sum(logits, labels, normalizer);
+  const bool fused = cfg.training.fused_kernels;
+  out.loss = [fused](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+    return cross_entropy_sum(logits, labels, normalizer, fused);
   };
   const int64_t tp = mesh.size("tp");
   const bool sp = tp > 1 && cfg.parallelism.enable_sequence_parallel;
   check_tensor_parallel(model->args, tp, cfg.training.seq_len, sp);
   // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
-  if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, out);
+  if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, out);
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
   const AcMode ac = cfg.activation_checkpoint.mode;

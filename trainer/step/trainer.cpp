@@ -1,11 +1,14 @@
 #include "trainer/step/trainer.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "common/error.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/config/memory_limits.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/param_layout.h"
 
@@ -25,11 +28,6 @@ double all_reduce_sum(Communicator& group, double v) {
   return t.item<double>();
 }
 
-double squared_sum(const torch::Tensor& t) {
-  auto sq = t.to(torch::kFloat64).pow(2).sum();
-  return t.is_meta() ? 0.0 : sq.item<double>();
-}
-
 }  // namespace
 
 int choose_threads(const JobConfig& cfg) {
@@ -46,7 +44,7 @@ int64_t vocab_without_data(const JobConfig& cfg) {
 }
 
 JobConfig with_resolved_model(const JobConfig& cfg) {
-  const ModelArgs a = resolve_model_args(cfg.model, vocab_without_data(cfg));
+  const ModelArgs a = resolve_model_args(cfg, vocab_without_data(cfg));
   JobConfig out = cfg;
   ModelSection& m = out.model;
   m.dim = a.dim, m.n_layers = a.n_layers, m.n_heads = a.n_heads, m.n_kv_heads = a.n_kv_heads;
@@ -93,14 +91,22 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
 
   std::shared_ptr<const std::vector<int64_t>> tokens;
   if (on_meta_) {
-    args_ = resolve_model_args(cfg_.model, vocab_without_data(cfg_));
+    args_ = resolve_model_args(cfg_, vocab_without_data(cfg_));
   } else {
     tokenizer_ = make_tokenizer(cfg_.model.tokenizer_path);
     const std::string data_path =
         cfg_.training.dataset_path.empty() ? default_corpus_path() : cfg_.training.dataset_path;
     tokens = std::make_shared<const std::vector<int64_t>>(tokenize_file(*tokenizer_, data_path));
-    args_ = resolve_model_args(cfg_.model, tokenizer_->vocab_size());
+    args_ = resolve_model_args(cfg_, tokenizer_->vocab_size());
+    if (args_.vocab_size != tokenizer_->vocab_size() && cfg_.model.vocab_size == 0 && is_writer()) {
+      std::printf("titan: model.vocab_size padded from %lld (the tokenizer's) to %lld, a multiple of %lld "
+                  "(model.vocab_size_divisible_by x tensor_parallel_degree)\n",
+                  static_cast<long long>(tokenizer_->vocab_size()), static_cast<long long>(args_.vocab_size),
+                  static_cast<long long>(cfg_.model.vocab_size_divisible_by * dims_.tp));
+    }
   }
+  // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
+  if (!on_meta_) check_fits_in_memory(cfg_, args_, machine_memory_bytes());
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
   // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
   // precision policy); without those plans the model is built in that dtype itself.
@@ -108,6 +114,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   auto opts = torch::TensorOptions().dtype(
       fp32_masters ? torch::kFloat32 : scalar_type(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
+  model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
   parallel_ = parallelize(model_, *mesh_, cfg_);
@@ -134,9 +141,7 @@ double Trainer::global_grad_sq_norm() {
   for (auto& p : parallel_.tp_sharded) {
     if (p.grad().defined()) sharded += squared_sum(p.grad());
   }
-  for (auto& p : params_) {
-    if (p.param.grad().defined()) all += squared_sum(p.param.grad());
-  }
+  all = optimizer_->grad_sq_norm();
   const double replicated = all - sharded;
   const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
   return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
@@ -203,12 +208,43 @@ Trainer::StepResult Trainer::train_step() {
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
   r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
   r.grad_norm = std::sqrt(global_grad_sq_norm());
-  clip_grads(params_, r.grad_norm, cfg_.training.max_norm);
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
-  optimizer_->step(r.lr);
+  if (!skip_nonfinite(r)) {
+    // Clipping rides in the optimizer's one pass over the flat buffers.
+    optimizer_->step(r.lr, clip_coefficient(r.grad_norm, cfg_.training.max_norm));
+    check_finite_parameters();
+  }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// The loss and gradient norm are global (all-reduced), so every rank takes the same decision
+// without another collective.
+bool Trainer::skip_nonfinite(StepResult& r) {
+  if (on_meta_ || (std::isfinite(r.loss) && std::isfinite(r.grad_norm))) return false;
+  TITAN_CHECK(cfg_.training.skip_nonfinite_steps, "step ", step_ + 1, ": loss ", r.loss, ", gradient norm ",
+              r.grad_norm, " is not finite; stopping before the optimizer step, so weights and checkpoints "
+              "stay finite (lower optimizer.lr, or set training.skip_nonfinite_steps = true to skip such steps)");
+  r.skipped = true;
+  ++skipped_steps_;
+  optimizer_->zero_grad();
+  if (is_writer()) {
+    std::printf("titan: step %lld: loss %g, gradient norm %g: optimizer step skipped (%lld skipped so far)\n",
+                static_cast<long long>(step_ + 1), r.loss, r.grad_norm, static_cast<long long>(skipped_steps_));
+  }
+  return true;
+}
+
+// An update can overflow even from finite gradients (a huge lr); a step cannot be undone, so
+// the job stops before such weights reach a checkpoint. Local: a failing rank ends the job.
+void Trainer::check_finite_parameters() const {
+  if (on_meta_) return;
+  for (const auto& p : params_) {
+    TITAN_CHECK(torch::isfinite(p.param).all().item<bool>(), "step ", step_ + 1,
+                ": the optimizer step made parameter ", p.name, " non-finite on rank ", world_->rank(),
+                " (optimizer.lr = ", cfg_.optimizer.lr, "); stopping before it is saved");
+  }
 }
 
 }  // namespace titan

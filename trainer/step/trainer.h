@@ -47,6 +47,7 @@ class Trainer {
     double grad_norm = 0;  // global, before clipping
     double lr = 0;
     double seconds = 0;
+    bool skipped = false;  // non-finite loss or gradient norm: no optimizer step was taken
   };
   // One optimizer step on the next global batch (micro-batches accumulated).
   StepResult train_step();
@@ -74,6 +75,7 @@ class Trainer {
   DataLoader& loader() { return *loader_; }
   Fsdp* fsdp() { return parallel_.fsdp.get(); }
   int64_t step() const { return step_; }  // optimizer steps taken
+  int64_t skipped_steps() const { return skipped_steps_; }  // of those, skipped as non-finite
   void set_step(int64_t s) { step_ = s; }
 
  private:
@@ -90,10 +92,13 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::vector<NamedParam> params_;
   double global_grad_sq_norm();
+  bool skip_nonfinite(StepResult& r);
+  void check_finite_parameters() const;
   Batch next_batch();
 
   int64_t global_batch_ = 0;
   int64_t step_ = 0;
+  int64_t skipped_steps_ = 0;
 };
 
 }  // namespace titan

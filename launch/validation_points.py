@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Published points vs the simulator; writes docs/validation.md (run by launch/validation-table).
+
+Each point: the workload its source describes as overrides of configs/qwen3_8b.toml, the
+published figure, the FLOP convention it was computed with, and the vendor. Errors are on
+throughput (predicted / published - 1; for a step time, published / predicted - 1), so a
+positive error means the simulator is too optimistic.
+Usage: validation_points.py <root> <titan-train> <work dir> <out> [cpu validation output]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+root, exe, work, out = sys.argv[1:5]
+cpu_table = sys.argv[5] if len(sys.argv) > 5 else ""
+base = ["--config", f"{root}/configs/qwen3_8b.toml", "--simulation.enable", "true"]
+
+TT = "TorchTitan: 6 N (without input embedding) + 12 L H hd S per token, attention not halved"
+MT = "MaxText: 6 N + 6 L H hd S per token, causal attention halved"
+
+
+def sim(name, over):
+    folder = f"{work}/{name}"
+    cmd = [exe, *base, "--job.dump_folder", folder, "--simulation.allow_oom", "true", *over]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(f"{folder}/simulation.json"))
+
+
+def least_recompute_that_fits(name, over):
+    # The activation checkpointing a user would pick: the least recompute that fits in HBM.
+    for ac in ("none", "selective", "full"):
+        args = over + ["--activation_checkpoint.mode", ac]
+        r = sim(f"{name}_{ac}", args)
+        if r["fits_in_memory"]:
+            return r, args
+    return r, args
+
+
+def maxtext_tflops(r, layers, heads, head_dim):
+    # Same tokens/s, FLOPs per token with causal attention halved (MaxText's count).
+    per_token = r["tflops_per_chip"] * 1e12 / r["tokens_per_s_per_chip"]  # TorchTitan's count
+    halved = per_token - 6 * layers * heads * head_dim * r["seq_len"]
+    return r["tokens_per_s_per_chip"] * halved / 1e12
+
+
+rows, claims = [], []
+
+# Qwen3-8B, TorchTitan on TPU v7 (TorchTPU, deferred-and-fused eager): "up to 52% MFU".
+q = sim("qwen3_8b", [])
+rows.append(dict(what="Qwen3-8B, TorchTitan, 8192 TPU v7, FSDP, lbs 2 x 8192, defer_and_fuse",
+                 vendor="Google", metric="MFU", convention=TT, published=52.0,
+                 predicted=q["mfu"], unit="%", kind="throughput",
+                 source="Google's claim for TorchTitan on TPU v7 (up to 52%; layout not published)",
+                 run="configs/qwen3_8b.toml"))
+
+# Llama-3.1-70B, MaxText (JAX, compiled) on 64 TPU v7: 1207 TFLOP/s per chip, 12.20 s.
+l, la = least_recompute_that_fits("llama70b", [
+    "--model.name", "llama3", "--model.flavor", "70B", "--simulation.num_chips", "64",
+    "--training.local_batch_size", "4", "--training.global_batch_size", "256",
+    "--training.seq_len", "8192", "--simulation.execution", "compiled"])
+rows.append(dict(what="Llama-3.1-70B, MaxText, 64 TPU v7, gbs 256 x 8192, compiled",
+                 vendor="Google", metric="step time", convention="none (seconds)",
+                 published=12.20, predicted=l["step_time_s"], unit="s", kind="time",
+                 source="MaxText's published Llama-3.1-70B run on TPU v7 (Ironwood)",
+                 run=" ".join(la)))
+rows.append(dict(what="  same, TFLOP/s per chip", vendor="Google", metric="TFLOP/s/chip",
+                 convention=MT, published=1207.0, predicted=maxtext_tflops(l, 80, 64, 128),
+                 unit="", kind="same", source="as above", run="(same run)"))
+
+# Llama-3.1-8B, TorchTitan eager, FSDP over 8 H100 (96 GB HBM2e at 2.4 TB/s, 500 W).
+h = sim("llama8b_h100", [
+    "--model.name", "llama3", "--model.flavor", "8B", "--simulation.device", "h100-96gb",
+    "--simulation.num_chips", "8", "--training.local_batch_size", "2",
+    "--training.seq_len", "8192", "--activation_checkpoint.mode", "selective",
+    "--simulation.execution", "eager"])
+rows.append(dict(what="Llama-3.1-8B, TorchTitan, FSDP 8 x H100 96GB 500 W, lbs 2 x 8192, "
+                      "selective AC, eager", vendor="NVIDIA", metric="tokens/s/GPU",
+                 convention="none (tokens)", published=5762.0,
+                 predicted=h["tokens_per_s_per_chip"], unit="", kind="throughput",
+                 source="TorchTitan's published Llama-3.1-8B benchmark on H100",
+                 run="--model.name llama3 --model.flavor 8B --simulation.device h100-96gb "
+                     "--simulation.num_chips 8 --training.local_batch_size 2 "
+                     "--training.seq_len 8192 --activation_checkpoint.mode selective "
+                     "--simulation.execution eager"))
+
+# Claims (ranges, not points): kept apart from the error statistics.
+slow = q["other_mode_step_time_s"] / q["step_time_s"] - 1
+claims.append(("TorchTPU's one compiled module per collective (separate) vs fused, "
+               "Qwen3-8B 8192 v7", "costs 30-40% end to end", f"step +{100 * slow:.0f}%",
+               "in range" if 0.30 <= slow <= 0.40 else f"{100 * (slow - 0.35):+.0f} points vs 35%"))
+e = sim("qwen3_8b_eager", ["--simulation.execution", "eager"])
+faster = e["step_time_s"] / q["step_time_s"] - 1
+claims.append(("TorchTPU DeferAndFuse vs strict eager, Qwen3-8B 8192 v7", ">= 50% faster",
+               f"{100 * faster:.0f}% faster",
+               "met" if faster >= 0.5 else f"{100 * (faster - 0.5):+.0f} points vs 50%"))
+
+
+def error(r):
+    if r["kind"] == "time":
+        return r["published"] / r["predicted"] - 1
+    return r["predicted"] / r["published"] - 1
+
+
+scored = [r for r in rows if r["kind"] != "same"]  # one error per published run
+errs = [error(r) for r in scored]
+mae = statistics.mean(abs(x) for x in errs)
+worst = max(abs(x) for x in errs)
+vendors = {}
+for r, x in zip(scored, errs):
+    vendors.setdefault(r["vendor"], []).append(x)
+
+
+def fmt(v, unit):
+    return f"{v:.2f} {unit}".strip() if unit == "s" else (f"{v:.1f}{unit}" if unit else f"{v:.0f}")
+
+
+with open(out, "w") as f:
+    f.write("# Simulator validation: published figures vs predicted\n\n")
+    f.write("Generated by `launch/validation-table` (do not edit by hand; `--cpu` adds the cpu "
+            "device against\nreal runs on this host). Each prediction is the trainer's own step "
+            "recorded on the meta\ndevice and replayed on the device model; chip figures come "
+            "from devices/chips/*.toml with\ntheir sources, kernel and dispatch constants from "
+            "devices/compute_cost.cpp and the chip files.\nNo constant is keyed to a model, a "
+            "chip count or a published point.\n\n")
+    f.write("Error = predicted / published throughput - 1 (for a step time: published / "
+            "predicted - 1):\npositive means the simulator is too optimistic. Compare like with "
+            "like: the FLOP convention\nof each row is the one its source used.\n\n")
+    f.write("| what | vendor | metric | FLOP convention | published | predicted | error |\n")
+    f.write("|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        err = f"{100 * error(r):+.1f}%"
+        f.write(f"| {r['what']} | {r['vendor']} | {r['metric']} | {r['convention']} | "
+                f"{fmt(r['published'], r['unit'])} | {fmt(r['predicted'], r['unit'])} | {err} |\n")
+    f.write(f"\n**Summary over {len(scored)} published runs:** mean absolute error "
+            f"{100 * mae:.1f}%, worst {100 * worst:.1f}%; mean signed error per vendor: " +
+            ", ".join(f"{v} {100 * statistics.mean(x):+.1f}% ({len(x)} run{'s' * (len(x) > 1)})"
+                      for v, x in vendors.items()) +
+            ". Target (issue 12): MAE <= 10%, worst <= 25%, per-vendor signed mean within "
+            "+-5%. No published run on Trainium is known to the project, so AWS has no row.\n\n")
+    f.write("Sources (see docs/hardware.md) and runs (overrides of configs/qwen3_8b.toml):\n\n")
+    for r in rows:
+        if r["kind"] != "same":
+            f.write(f"- {r['what']}: {r['source']}. Run: `{r['run']}`\n")
+    f.write("\n## Claims (ranges, not in the statistics)\n\n| claim | published | predicted | "
+            "gap |\n|---|---|---|---|\n")
+    for c in claims:
+        f.write("| " + " | ".join(c) + " |\n")
+    f.write("\n## Hardware measurement used as an input (not a validation)\n\n"
+            "An 8192^3 bf16 GEMM ran at ~790 TFLOP/s on an H200 (this project's measurement). "
+            "It sets the\nsustained clock of the 700 W H100/H200 (devices/chips/h100.toml), so "
+            "the model reproduces it by\nconstruction.\n\n")
+    f.write(f"Details of the headline run (Qwen3-8B, 8192 v7): step {q['step_time_s']:.3f} s, "
+            f"{q['tokens_per_s_per_chip']:.0f} tokens/s/chip, memory "
+            f"{q['peak_memory_gib_per_chip']:.1f} GiB/chip, exposed communication "
+            f"{q['exposed_comm_s']:.3f} s; largest costs: " +
+            ", ".join(f"{c['category']} {c['seconds']:.3f} s" for c in q["costs"][:5]) + ".\n")
+    f.write("\n## What the model does not know (the likely sources of the remaining error)\n\n"
+            "- Sustained clocks are known only for the H100 family (measured on an H200, and "
+            "derived from it\n  for the 500 W part); TPUs, Trainium, A100 and B200 are assumed "
+            "to hold the clock their\n  datasheet peak is quoted at, so their large matmuls run "
+            "at the whole peak (after tile and\n  wave losses). No public figure says how much "
+            "of its peak a TPU v7 sustains.\n"
+            "- Flash-attention efficiency relative to a GEMM (0.9 forward, 0.75 backward) comes "
+            "from GPU\n  papers; TPU splash attention and Neuron kernels have no published "
+            "figure.\n"
+            "- FSDP's copy-in / copy-out kernels are not in the recorded step; pipeline "
+            "parallelism is not\n  implemented, so published runs that use it cannot be "
+            "expressed.\n")
+    f.write("\n## The cpu device against real runs on this host\n\n")
+    if cpu_table and os.path.exists(cpu_table):
+        f.write("`launch/validate-cpu-sim 10 2` as run by this command:\n\n```\n" +
+                open(cpu_table).read() + "```\n")
+    else:
+        f.write("Not rerun by this command (pass `--cpu`); see docs/cpu_validation.md for the "
+                "last run and\nwhat the cpu device models (target: within 20% on a quiet host).\n")
+print(open(out).read())

@@ -1,0 +1,74 @@
+// Fusion over the recorded data flow: a fused kernel reads from HBM what it did not produce
+// and writes what a later op (a backward op, the next block) reads; eager moves everything.
+#include <gtest/gtest.h>
+
+#include "devices/step_simulator.h"
+
+namespace titan::devices {
+namespace {
+
+constexpr int64_t kMB = 1000 * 1000;
+
+OpDesc pointwise(const char* name, std::vector<TensorUse> reads, std::vector<TensorUse> writes) {
+  int64_t r = 0, w = 0;
+  for (const auto& t : reads) r += t.bytes;
+  for (const auto& t : writes) w += t.bytes;
+  OpDesc op = pointwise_op(name, OpKind::kElementwise, r, w);
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  return op;
+}
+
+// x -> a = f(x) -> b = g(a) -> c = h(b, a); later an op reads a again (saved for backward).
+std::vector<OpDesc> linked_ops(bool a_read_later) {
+  Trace t;
+  const TensorUse x{1, 100 * kMB}, a{2, 100 * kMB}, b{3, 100 * kMB}, c{4, 100 * kMB};
+  t.compute(pointwise("aten::mul", {x}, {a}));
+  t.compute(pointwise("aten::silu", {a}, {b}));
+  t.compute(pointwise("aten::add", {b, a}, {c}));
+  t.compute(matmul_op("aten::mm", {1, 1024, 1024, 1024}));  // breaks the chain
+  if (a_read_later) t.compute(pointwise("aten::neg", {a}, {TensorUse{5, 100 * kMB}}));
+  std::vector<OpDesc> ops;
+  for (const TraceEvent& e : t.events()) ops.push_back(e.op);
+  return ops;
+}
+
+TEST(FusionFlow, FusedKernelMovesOnlyWhatCrossesItsBoundary) {
+  ComputeModel fused(find_chip("tpu-v7"), ExecutionMode::kDeferAndFuse);
+  ComputeModel eager(find_chip("tpu-v7"), ExecutionMode::kEager);
+  // Nobody reads a or b later: read x once, write c.
+  auto k = fused.lower(linked_ops(false));
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ(k[0].ops, 3);
+  EXPECT_EQ(k[0].bytes, 200 * kMB);
+  // a is read after the kernel (say by the backward): it must reach HBM too.
+  auto ops = linked_ops(true);
+  EXPECT_EQ(ops[0].last_read_by[0], 4);  // the trace linked a's writer to its last reader
+  EXPECT_EQ(ops[2].read_from[1], 0);
+  k = fused.lower(ops);
+  ASSERT_EQ(k.size(), 3u);
+  EXPECT_EQ(k[0].bytes, 300 * kMB);
+  // Eager: every op reads its inputs and writes its output.
+  auto e = eager.lower(linked_ops(false));
+  EXPECT_EQ(e[0].bytes + e[1].bytes + e[2].bytes, (200 + 200 + 300) * kMB);
+}
+
+TEST(FusionFlow, CompiledEpilogueReadsTheMatmulFromItsAccumulators) {
+  Trace t;
+  OpDesc mm = matmul_op("aten::mm", {1, 4096, 4096, 4096});
+  const TensorUse out{7, mm.bytes_written}, act{8, mm.bytes_written};
+  mm.writes = {out};
+  t.compute(mm);
+  t.compute(pointwise("aten::silu", {out}, {act}));
+  std::vector<OpDesc> ops;
+  for (const TraceEvent& e : t.events()) ops.push_back(e.op);
+  auto k = ComputeModel(find_chip("h100"), ExecutionMode::kCompiled).lower(ops);
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ(k[1].bytes, act.bytes);  // only the write
+  EXPECT_EQ(k[1].launch_s, 0.0);
+  auto d = ComputeModel(find_chip("h100"), ExecutionMode::kDeferAndFuse).lower(ops);
+  EXPECT_EQ(d[1].bytes, out.bytes + act.bytes);  // its own kernel: reads the matmul's output
+}
+
+}  // namespace
+}  // namespace titan::devices

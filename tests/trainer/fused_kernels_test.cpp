@@ -1,0 +1,256 @@
+// Each fused kernel (trainer/model/kernels) against the composite ATen path, forward and
+// backward, in double (to 1e-10) and float (to 1e-5), in both SIMD variants (AVX2 and the
+// baseline), on shapes with vector tails and on strided inputs; plus finite differences of
+// each fused kernel in double (gradcheck-style) and the model-level switch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "trainer/model/kernels/attention_kernel.h"
+#include "trainer/model/kernels/cross_entropy_kernel.h"
+#include "trainer/model/kernels/rms_norm_kernel.h"
+#include "trainer/model/kernels/rope_kernel.h"
+#include "trainer/model/kernels/simd.h"
+#include "trainer/model/kernels/swiglu_kernel.h"
+#include "trainer/model/model.h"
+
+namespace titan {
+namespace {
+
+using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+// Largest difference relative to the largest reference value; absolute where the reference is
+// all zeros (a one-token softmax has no gradient, which roundoff leaves at ~1e-8).
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto bd = b.to(torch::kFloat64);
+  const double scale = bd.abs().max().item<double>();
+  return (a.to(torch::kFloat64) - bd).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+double tolerance(torch::ScalarType t) { return t == torch::kFloat64 ? 1e-10 : 1e-5; }
+
+// Runs fused and composite on copies of the same inputs (those at `grad_inputs` take
+// gradients), backpropagates the same random upstream gradient and compares the outputs and
+// every input gradient.
+void expect_same(const Fn& fused, const Fn& composite, const std::vector<torch::Tensor>& inputs,
+                 const std::vector<size_t>& grad_inputs, const std::string& what) {
+  for (bool baseline : {false, true}) {
+    simd::force_baseline(baseline);
+    std::vector<torch::Tensor> a, b;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool g = std::find(grad_inputs.begin(), grad_inputs.end(), i) != grad_inputs.end();
+      a.push_back(inputs[i].detach().clone().requires_grad_(g));
+      b.push_back(inputs[i].detach().clone().requires_grad_(g));
+    }
+    auto ya = fused(a), yb = composite(b);
+    const std::string tag = what + (baseline ? " (baseline)" : " (avx2)") + " " + c10::toString(ya.scalar_type());
+    const double tol = tolerance(ya.scalar_type());
+    ASSERT_EQ(ya.sizes(), yb.sizes()) << tag;
+    EXPECT_LT(rel(ya, yb), tol) << tag << " forward";
+    torch::manual_seed(99);
+    auto up = torch::randn_like(yb);
+    ya.backward(up);
+    yb.backward(up);
+    for (size_t i : grad_inputs) {
+      ASSERT_TRUE(a[i].grad().defined()) << tag << " input " << i;
+      EXPECT_LT(rel(a[i].grad(), b[i].grad()), tol) << tag << " gradient of input " << i;
+    }
+  }
+  simd::force_baseline(false);
+}
+
+// Central differences of <f(x), u> along a random direction of every gradient input, against
+// the directional derivative the fused backward gives (double only).
+void expect_gradcheck(const Fn& f, const std::vector<torch::Tensor>& inputs, const std::vector<size_t>& grad_inputs,
+                      const std::string& what) {
+  std::vector<torch::Tensor> x;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool g = std::find(grad_inputs.begin(), grad_inputs.end(), i) != grad_inputs.end();
+    x.push_back(inputs[i].detach().clone().requires_grad_(g));
+  }
+  torch::manual_seed(7);
+  auto y = f(x);
+  auto u = torch::randn_like(y);
+  (y * u).sum().backward();
+  torch::NoGradGuard no_grad;
+  for (size_t i : grad_inputs) {
+    auto dir = torch::randn_like(x[i]);
+    const double h = 1e-6;
+    auto xp = x, xm = x;
+    xp[i] = x[i].detach() + h * dir;
+    xm[i] = x[i].detach() - h * dir;
+    const double numeric = ((f(xp) * u).sum().item<double>() - (f(xm) * u).sum().item<double>()) / (2 * h);
+    const double analytic = (x[i].grad() * dir).sum().item<double>();
+    EXPECT_NEAR(numeric, analytic, 1e-6 * std::max(1.0, std::abs(analytic))) << what << " input " << i;
+  }
+}
+
+torch::Tensor composite_rms(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  return w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + eps));
+}
+
+// softmax(q k^T * scale, causal) v with kv heads repeated for their query heads.
+torch::Tensor composite_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  double scale) {
+  const int64_t rep = q.size(1) / k.size(1), S = q.size(2);
+  auto kr = k.repeat_interleave(rep, 1), vr = v.repeat_interleave(rep, 1);
+  auto s = torch::matmul(q, kr.transpose(-2, -1)) * scale;
+  s = s.masked_fill(torch::ones({S, S}, torch::kBool).triu(1), -INFINITY);
+  return torch::matmul(torch::softmax(s, -1), vr);
+}
+
+torch::Tensor reference_ce(const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
+  auto flat = logits.reshape({-1, logits.size(-1)});
+  return -torch::log_softmax(flat, -1).gather(1, labels.reshape({-1, 1})).sum() / normalizer;
+}
+
+const torch::ScalarType kDtypes[] = {torch::kFloat64, torch::kFloat32};
+
+TEST(FusedKernels, RmsNormMatchesComposite) {
+  for (auto dt : kDtypes) {
+    for (int64_t n : {12, 16, 48, 133}) {
+      torch::manual_seed(n);
+      auto x = torch::randn({5, 7, n}, dt), w = torch::rand({n}, dt) + 0.5;
+      expect_same([](auto& t) { return fused_rms_norm(t[0], t[1], 1e-6); },
+                  [](auto& t) { return composite_rms(t[0], t[1], 1e-6); }, {x, w}, {0, 1},
+                  "rms_norm n=" + std::to_string(n));
+      if (dt == torch::kFloat64) {
+        expect_gradcheck([](auto& t) { return fused_rms_norm(t[0], t[1], 1e-6); }, {x, w}, {0, 1}, "rms_norm");
+      }
+    }
+  }
+}
+
+TEST(FusedKernels, SwigluMatchesComposite) {
+  for (auto dt : kDtypes) {
+    torch::manual_seed(1);
+    auto a = torch::randn({3, 41, 37}, dt) * 4, b = torch::randn({3, 41, 37}, dt);
+    expect_same([](auto& t) { return fused_swiglu(t[0], t[1]); },
+                [](auto& t) { return torch::silu(t[0]) * t[1]; }, {a, b}, {0, 1}, "swiglu");
+    if (dt == torch::kFloat64) expect_gradcheck([](auto& t) { return fused_swiglu(t[0], t[1]); }, {a, b}, {0, 1}, "swiglu");
+  }
+}
+
+TEST(FusedKernels, RopeMatchesCompositeOnStridedHeads) {
+  for (auto dt : kDtypes) {
+    for (int64_t D : {12, 16, 64}) {
+      const int64_t B = 2, S = 9, H = 3;
+      auto rope = make_rope_tables(S, D, 1e6, torch::TensorOptions());
+      torch::manual_seed(D);
+      // [B, H, S, D] as the model hands it over: a transposed view of [B, S, H, D] memory.
+      auto x = torch::randn({B, S, H, D}, dt).transpose(1, 2);
+      auto fused = [&](auto& t) { return fused_rope(t[0].transpose(1, 2), rope.cos, rope.sin); };
+      auto composite = [&](auto& t) { return apply_rope(t[0].transpose(1, 2), rope.cos, rope.sin); };
+      auto xs = x.transpose(1, 2).contiguous();  // leaf in [B, S, H, D]; the lambdas transpose it
+      expect_same(fused, composite, {xs}, {0}, "rope D=" + std::to_string(D));
+      if (dt == torch::kFloat64) expect_gradcheck(fused, {xs}, {0}, "rope");
+      EXPECT_EQ(fused_rope(x, rope.cos, rope.sin).strides(), x.strides()) << "keeps the input's layout";
+    }
+  }
+}
+
+TEST(FusedKernels, CausalAttentionMatchesComposite) {
+  struct Case {
+    int64_t B, H, KV, S, D;
+  };
+  for (auto dt : kDtypes) {
+    for (Case c : {Case{2, 4, 2, 37, 12}, Case{1, 2, 2, 70, 16}, Case{2, 6, 3, 33, 32}, Case{1, 1, 1, 1, 8}}) {
+      torch::manual_seed(c.S);
+      const double scale = 1.0 / std::sqrt(double(c.D));
+      // q, k, v as the model hands them over: [B, H, S, D] views of [B, S, H, D] memory.
+      auto q = torch::randn({c.B, c.S, c.H, c.D}, dt), k = torch::randn({c.B, c.S, c.KV, c.D}, dt);
+      auto v = torch::randn({c.B, c.S, c.KV, c.D}, dt);
+      auto fused = [&](auto& t) {
+        return fused_causal_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), scale);
+      };
+      auto composite = [&](auto& t) {
+        return composite_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), scale);
+      };
+      const std::string what = "attention S=" + std::to_string(c.S) + " D=" + std::to_string(c.D);
+      expect_same(fused, composite, {q, k, v}, {0, 1, 2}, what);
+      if (dt == torch::kFloat64) expect_gradcheck(fused, {q, k, v}, {0, 1, 2}, what);
+    }
+  }
+}
+
+TEST(FusedKernels, CrossEntropyMatchesLogSoftmax) {
+  for (auto dt : kDtypes) {
+    for (int64_t V : {97, 300, 1000}) {
+      torch::manual_seed(V);
+      auto logits = torch::randn({3, 5, V}, dt) * 3;
+      auto labels = torch::randint(0, V, {3, 5}, torch::kInt64);
+      labels[0][0] = V - 1;
+      expect_same([&](auto& t) { return fused_cross_entropy_sum(t[0], labels, 7.0); },
+                  [&](auto& t) { return reference_ce(t[0], labels, 7.0); }, {logits}, {0},
+                  "cross_entropy V=" + std::to_string(V));
+      if (dt == torch::kFloat64) {
+        expect_gradcheck([&](auto& t) { return fused_cross_entropy_sum(t[0], labels, 7.0); }, {logits}, {0},
+                         "cross_entropy");
+      }
+    }
+  }
+  // The composite loss (log_softmax in fp32) agrees too.
+  auto logits = torch::randn({4, 11});
+  auto labels = torch::randint(0, 11, {4}, torch::kInt64);
+  EXPECT_LT(rel(cross_entropy_sum(logits, labels, 4.0, true), cross_entropy_sum(logits, labels, 4.0, false)), 1e-6);
+}
+
+TEST(FusedKernels, BadInputIsAClearError) {
+  auto x = torch::randn({2, 8});
+  try {
+    fused_rms_norm(x, torch::ones({7}), 1e-6);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("fused_rms_norm"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fused_cross_entropy_sum(x, torch::tensor({0, 8}, torch::kInt64), 1.0), std::exception);
+  EXPECT_THROW(fused_causal_attention(torch::randn({1, 3, 4, 8}), torch::randn({1, 2, 4, 8}),
+                                      torch::randn({1, 2, 4, 8}), 1.0),
+               std::exception);
+}
+
+ModelArgs tiny_args() {
+  ModelArgs a = model_flavor("qwen3", "debugmodel");
+  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
+  a.vocab_size = 50;
+  return a;
+}
+
+// The whole model, fused against composite: logits, loss and every parameter gradient.
+TEST(FusedKernels, ModelSwitchKeepsLossAndGradients) {
+  for (bool tied : {false, true}) {
+    ModelArgs a = tiny_args();
+    a.tie_embeddings = tied;
+    Transformer fused(a, 40, torch::TensorOptions()), composite(a, 40, torch::TensorOptions());
+    fused->init_weights(3);
+    composite->init_weights(3);
+    composite->set_fused_kernels(FusedKernels::all(false));
+    auto tokens = torch::randint(0, a.vocab_size, {3, 40}, torch::kInt64);
+    auto labels = torch::randint(0, a.vocab_size, {3, 40}, torch::kInt64);
+    auto lf = fused->forward(tokens), lc = composite->forward(tokens);
+    EXPECT_LT(rel(lf, lc), 1e-5);
+    auto loss_f = cross_entropy_sum(lf, labels, 120.0, true), loss_c = cross_entropy_sum(lc, labels, 120.0, false);
+    EXPECT_LT(rel(loss_f, loss_c), 1e-6);
+    EXPECT_NE(std::string(loss_f.grad_fn()->name()), std::string(loss_c.grad_fn()->name()));
+    loss_f.backward();
+    loss_c.backward();
+    auto pc = composite->named_parameters();
+    for (auto& p : fused->named_parameters()) {
+      EXPECT_LT(rel(p.value().grad(), pc[p.key()].grad()), 1e-5) << p.key();
+    }
+  }
+}
+
+TEST(FusedKernels, MetaTensorsTakeTheCompositePath) {
+  Transformer model(tiny_args(), 16, torch::TensorOptions().device(torch::kMeta));
+  auto tokens = torch::empty({2, 16}, torch::TensorOptions().device(torch::kMeta).dtype(torch::kInt64));
+  auto logits = model->forward(tokens);
+  EXPECT_TRUE(logits.is_meta());
+  auto loss = cross_entropy_sum(logits, tokens, 32.0);
+  EXPECT_TRUE(loss.is_meta());
+  loss.backward();
+  EXPECT_TRUE(model->norm->weight.grad().is_meta());
+}
+
+}  // namespace
+}  // namespace titan

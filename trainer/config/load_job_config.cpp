@@ -1,0 +1,94 @@
+#include "trainer/config/config_loader.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+#include "trainer/config/torchtitan_keys.h"
+
+namespace titan {
+namespace {
+
+// One line per job, not per rank: only the launcher's rank 0 (or a lone process) prints.
+bool first_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "TITAN_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* s = std::getenv(v);
+    if (s && std::atoi(s) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void validate(const JobConfig& c) {
+  const auto& t = c.training;
+  if (t.global_batch_size > 0) {
+    TITAN_CONFIG_CHECK(t.global_batch_size % t.local_batch_size == 0,
+                       "training.global_batch_size (", t.global_batch_size,
+                       ") must be a multiple of training.local_batch_size (", t.local_batch_size,
+                       ")");
+  }
+  TITAN_CONFIG_CHECK(c.parallelism.data_parallel_shard_degree != 0,
+                     "parallelism.data_parallel_shard_degree must be -1 or >= 1, got 0");
+  TITAN_CONFIG_CHECK(c.optimizer.beta1 < 1 && c.optimizer.beta2 < 1, "optimizer betas must be < 1");
+  // The dataset key chooses where text comes from; a path that would be ignored is refused.
+  if (t.dataset == DatasetKind::kText) {
+    TITAN_CONFIG_CHECK(!t.dataset_path.empty(),
+                       "training.dataset = \"text\" needs training.dataset_path (a text file)");
+  } else {
+    TITAN_CONFIG_CHECK(t.dataset_path.empty(), "training.dataset_path is set (", t.dataset_path,
+                       ") but training.dataset = \"corpus\" reads the shipped corpus; set "
+                       "training.dataset = \"text\" to train on that file");
+  }
+}
+
+JobConfig load_job_config(const std::vector<std::string>& args) {
+  JobConfig cfg;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    TITAN_CONFIG_CHECK(a.rfind("--", 0) == 0, "command line: unexpected argument '", a,
+                       "' (options are --config FILE and --section.key VALUE)");
+    std::string name = a.substr(2), value;
+    auto eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      TITAN_CONFIG_CHECK(i + 1 < args.size(), "command line: --", name, " needs a value");
+      value = args[++i];
+    }
+    if (name == "config" || name == "job.config_file") {
+      cfg.source_file = value;
+    } else {
+      overrides.emplace_back(name, value);
+    }
+  }
+  // Without a file the built-in defaults would train a 10,000-step job nobody asked for.
+  TITAN_CONFIG_CHECK(!cfg.source_file.empty(),
+                     "command line: --config FILE is required (see --help for every key)");
+  std::error_code ec;
+  TITAN_CONFIG_CHECK(std::filesystem::exists(cfg.source_file, ec), "config file ",
+                     cfg.source_file, ": cannot be read (no such file)");
+  TITAN_CONFIG_CHECK(std::filesystem::is_regular_file(cfg.source_file, ec), "config file ",
+                     cfg.source_file, ": cannot be read (not a regular file)");
+  std::ifstream in(cfg.source_file);
+  TITAN_CONFIG_CHECK(in.good(), "config file ", cfg.source_file, ": cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_toml(cfg, ss.str(), cfg.source_file);
+  for (auto& [k, v] : overrides) apply_override(cfg, k, v);
+  if (!cfg.ignored_keys.empty() && first_rank()) {
+    std::string list;
+    for (const auto& k : cfg.ignored_keys) list += (list.empty() ? "" : ", ") + k;
+    std::cerr << "titan-train: warning: TorchTitan settings titan does not implement were ignored: "
+              << list << std::endl;
+  }
+  validate(cfg);
+  return cfg;
+}
+
+}  // namespace titan

@@ -1,0 +1,188 @@
+// The per-task bodies of the fused causal attention (attention_kernel.cpp): one task is one
+// (batch, kv head) pair with all the query heads that read it, so the key and value
+// gradients of a kv head are summed by one thread without locks. Header-only because they
+// are compiled twice (simd.h's TITAN_SIMD_KERNEL); attention_kernel.cpp is the only user.
+#pragma once
+
+#include <limits>
+
+#include "trainer/model/kernels/simd.h"
+#include "trainer/model/kernels/tile_gemm.h"
+
+namespace titan::simd {
+
+constexpr int64_t kQueryBlock = 32;
+
+template <typename T>
+struct AttentionShape {
+  int64_t B, H, KV, S, D;
+  T scale;
+};
+
+// A [B, heads, S, D] tensor: element (b, h, s, d) at p[b * sb + h * sh + s * ss + d].
+template <typename T>
+struct View {
+  T* p;
+  int64_t sb, sh, ss;
+  TITAN_INLINE T* at(int64_t b, int64_t h) const { return p + b * sb + h * sh; }
+};
+
+template <typename T>
+int64_t forward_workspace(const AttentionShape<T>& s) {
+  return s.D * s.S + kQueryBlock * s.S + kQueryBlock;
+}
+template <typename T>
+int64_t backward_workspace(const AttentionShape<T>& s) {
+  return 4 * s.D * s.S + 2 * kQueryBlock * s.S;
+}
+
+// dst[d][j] = src row j, dim d, for j < S: the transposed copy that makes q k^T a plain
+// row-major product.
+template <typename T>
+TITAN_INLINE void pack_transposed(const T* src, int64_t ld, int64_t S, int64_t D, T* dst) {
+  for (int64_t j = 0; j < S; ++j) {
+    for (int64_t d = 0; d < D; ++d) dst[d * S + j] = src[j * ld + d];
+  }
+}
+
+template <typename T>
+TITAN_INLINE T row_max(const T* x, int64_t n) {
+  constexpr int L = lanes<T>;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  vec_t<T> m = splat<T>(neg_inf);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) m = vmax<T>(m, load<T>(x + j));
+  if (j < n) m = vmax<T>(m, load_part<T>(x + j, n - j, neg_inf));
+  return hmax<T>(m);
+}
+
+// x[j] = e^(x[j] * scale - shift) for j < n and 0 for n <= j < width; returns the sum.
+template <typename T>
+TITAN_INLINE T exp_row(T* x, int64_t n, int64_t width, T scale, T shift) {
+  constexpr int L = lanes<T>;
+  vec_t<T> sum{};
+  const auto sh = splat<T>(shift);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const auto e = exp(load<T>(x + j) * scale - sh);
+    sum += e;
+    store<T>(x + j, e);
+  }
+  T tail = 0;
+  if (j < n) {
+    T buf[lanes<T>];
+    store<T>(buf, exp(load_part<T>(x + j, n - j, T(0)) * scale - sh));
+    for (int64_t t = 0; t < n - j; ++t) tail += (x[j + t] = buf[t]);
+    j = n;
+  }
+  for (; j < width; ++j) x[j] = T(0);
+  return hsum<T>(sum) + tail;
+}
+
+// Forward of one (b, g) task: for each query head h of kv head g and each block of rows,
+// scores against keys [0, last row], row softmax (lse saved), o = P v / row sum.
+template <typename T>
+TITAN_INLINE void attention_forward_body(AttentionShape<T> sh, View<T> q, View<T> k, View<T> v, View<T> o, T* lse,
+                                         int64_t task, T* ws) {
+  const int64_t b = task / sh.KV, g = task % sh.KV, S = sh.S, D = sh.D, rep = sh.H / sh.KV;
+  T* kt = ws;
+  T* sc = kt + D * S;
+  T* inv = sc + kQueryBlock * S;
+  pack_transposed<T>(k.at(b, g), k.ss, S, D, kt);
+  const T* vp = v.at(b, g);
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const T* qp = q.at(b, h);
+    T* op = o.at(b, h);
+    T* lp = lse + (b * sh.H + h) * S;
+    for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+      const int64_t rows = S - i0 < kQueryBlock ? S - i0 : kQueryBlock, keys = i0 + rows;
+      tile_gemm<T>(rows, keys, D, qp + i0 * q.ss, q.ss, 1, kt, S, sc, S, false);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = sc + r * S;
+        const int64_t n = i0 + r + 1;
+        const T m = row_max<T>(row, n) * sh.scale;
+        const T sum = exp_row<T>(row, n, keys, sh.scale, m);
+        lp[i0 + r] = m + std::log(sum);
+        inv[r] = T(1) / sum;
+      }
+      T* ob = op + i0 * o.ss;
+      tile_gemm<T>(rows, D, keys, sc, S, 1, vp, v.ss, ob, o.ss, false);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* orow = ob + r * o.ss;
+        for (int64_t d = 0; d < D; ++d) orow[d] *= inv[r];
+      }
+    }
+  }
+}
+
+// Backward of one (b, g) task (FlashAttention-2's recurrences): P = e^(s * scale - lse),
+// dP = dO v^T, dS = P (dP - rowsum(dO o)) * scale; dv += P^T dO, dk += dS^T q, dq = dS k.
+template <typename T>
+TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<T> k, View<T> v, View<T> o,
+                                          View<T> dout, const T* lse, View<T> dq, View<T> dk, View<T> dv,
+                                          int64_t task, T* ws) {
+  const int64_t b = task / sh.KV, g = task % sh.KV, S = sh.S, D = sh.D, rep = sh.H / sh.KV;
+  constexpr int L = lanes<T>;
+  T* kt = ws;
+  T* vt = kt + D * S;
+  T* dk_acc = vt + D * S;
+  T* dv_acc = dk_acc + S * D;
+  T* p = dv_acc + S * D;
+  T* dp = p + kQueryBlock * S;
+  const T* kp = k.at(b, g);
+  pack_transposed<T>(kp, k.ss, S, D, kt);
+  pack_transposed<T>(v.at(b, g), v.ss, S, D, vt);
+  for (int64_t i = 0; i < 2 * S * D; ++i) dk_acc[i] = T(0);
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const T* qp = q.at(b, h);
+    const T* op = o.at(b, h);
+    const T* gp = dout.at(b, h);
+    T* dqp = dq.at(b, h);
+    const T* lp = lse + (b * sh.H + h) * S;
+    for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+      const int64_t rows = S - i0 < kQueryBlock ? S - i0 : kQueryBlock, keys = i0 + rows;
+      const T* qb = qp + i0 * q.ss;
+      const T* gb = gp + i0 * dout.ss;
+      tile_gemm<T>(rows, keys, D, qb, q.ss, 1, kt, S, p, S, false);
+      tile_gemm<T>(rows, keys, D, gb, dout.ss, 1, vt, S, dp, S, false);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = i0 + r + 1;
+        const T* orow = op + (i0 + r) * o.ss;
+        const T* grow = gb + r * dout.ss;
+        T delta = 0;
+        for (int64_t d = 0; d < D; ++d) delta += grow[d] * orow[d];
+        T* prow = p + r * S;
+        T* dprow = dp + r * S;
+        const auto sc = splat<T>(sh.scale), l = splat<T>(lp[i0 + r]), dl = splat<T>(delta);
+        int64_t j = 0;
+        for (; j + L <= n; j += L) {
+          const auto e = exp(load<T>(prow + j) * sc - l);
+          store<T>(prow + j, e);
+          store<T>(dprow + j, e * (load<T>(dprow + j) - dl) * sc);
+        }
+        for (; j < n; ++j) {
+          const T e = exp_scalar<T>(prow[j] * sh.scale - lp[i0 + r]);
+          prow[j] = e;
+          dprow[j] = e * (dprow[j] - delta) * sh.scale;
+        }
+        for (; j < keys; ++j) prow[j] = dprow[j] = T(0);
+      }
+      tile_gemm<T>(keys, D, rows, p, 1, S, gb, dout.ss, dv_acc, D, true);
+      tile_gemm<T>(keys, D, rows, dp, 1, S, qb, q.ss, dk_acc, D, true);
+      tile_gemm<T>(rows, D, keys, dp, S, 1, kp, k.ss, dqp + i0 * dq.ss, dq.ss, false);
+    }
+  }
+  T* dkp = dk.at(b, g);
+  T* dvp = dv.at(b, g);
+  for (int64_t j = 0; j < S; ++j) {
+    for (int64_t d = 0; d < D; ++d) {
+      dkp[j * dk.ss + d] = dk_acc[j * D + d];
+      dvp[j * dv.ss + d] = dv_acc[j * D + d];
+    }
+  }
+}
+
+TITAN_SIMD_KERNEL(attention_forward_task, attention_forward_body)
+TITAN_SIMD_KERNEL(attention_backward_task, attention_backward_body)
+
+}  // namespace titan::simd
