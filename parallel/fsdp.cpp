@@ -12,14 +12,15 @@ namespace titan {
 
 Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate_group,
            const FsdpOptions& options, std::vector<NamedModule> embedding,
-           std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head)
+           std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head, bool tied)
     : shard_group_(std::move(shard_group)), replicate_group_(std::move(replicate_group)), options_(options) {
   // The head's backward comes first, so by default it keeps its gathered parameters; so
   // does a tied head, which the embedding lookup at the start of forward needs too.
   const FsdpOptions::Reshard r = options_.reshard_after_forward;
   const bool head_reshard = r == FsdpOptions::Reshard::kAlways;
   const bool other_reshard = r != FsdpOptions::Reshard::kNever;
-  tied_ = embedding.empty();
+  tied_ = tied;
+  TITAN_CHECK(!tied_ || embedding.empty(), "fsdp: tied weights list the embedding in the head unit only");
   auto add = [&](const std::string& name, std::vector<NamedModule> modules, bool reshard) {
     units_.push_back(std::make_unique<FsdpUnit>(name, std::move(modules), *shard_group_, *replicate_group_,
                                                 options_, reshard));

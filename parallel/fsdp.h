@@ -55,11 +55,12 @@ class Fsdp {
  public:
   // shard_group: the dp_shard (x cp) communicator; replicate_group: dp_replicate (size 1:
   // plain FSDP; shard size 1 and replicate > 1: DDP). Units: the embedding, the blocks in
-  // forward order, the head; an empty `embedding` means tied weights (the embedding module
-  // is then listed in `head`). Shards the parameters in place.
+  // forward order, the head; `tied`: the embedding module is listed in `head` and
+  // `embedding` is empty. Any list may be empty (a pipeline rank holds some stages only).
+  // Shards the parameters in place.
   Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate_group,
        const FsdpOptions& options, std::vector<NamedModule> embedding,
-       std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head);
+       std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head, bool tied);
   ~Fsdp();
 
   // Hooks to install on the model: the root wrapper around the whole forward, the block

@@ -68,7 +68,7 @@ class FsdpUnit {
 
   // Issues the all-gather of every shard (one coalesced async op in fused mode).
   void issue_gather() {
-    if (gather_work_) return;
+    if (gather_work_ || params_.empty()) return;  // empty: a pipeline rank without this unit's modules
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> outs, ins;
     for (auto& p : params_) {
@@ -84,6 +84,7 @@ class FsdpUnit {
   }
 
   void wait_gather() {
+    if (params_.empty()) return;
     if (!gather_work_) issue_gather();
     gather_work_->wait();
     gather_work_.reset();

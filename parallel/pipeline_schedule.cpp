@@ -73,21 +73,21 @@ PipeAction parse_pipe_action(const std::string& text, const std::string& where) 
                     "' (kinds: F B I W SEND_F RECV_F SEND_B RECV_B UNSHARD RESHARD REDUCE_GRAD)");
 }
 
-std::vector<int> PipelineSchedule::stages_of(int rank) const {
+std::vector<int> PipeSchedule::stages_of(int rank) const {
   std::vector<int> out;
   for (int s = 0; s < num_stages; ++s)
     if (stage_rank[s] == rank) out.push_back(s);
   return out;
 }
 
-bool PipelineSchedule::has_p2p() const {
+bool PipeSchedule::has_p2p() const {
   for (const auto& list : ranks)
     for (const auto& a : list)
       if (a.p2p()) return true;
   return false;
 }
 
-bool PipelineSchedule::split_backward() const {
+bool PipeSchedule::split_backward() const {
   for (const auto& list : ranks)
     for (const auto& a : list)
       if (a.op == PipeOp::kBackwardInput || a.op == PipeOp::kBackwardWeight) return true;
@@ -113,7 +113,7 @@ std::string name_list() {
 }
 
 // REDUCE_GRAD of each stage right after the stage's last backward (B or W) on its rank.
-void add_reduce_grad(PipelineSchedule& s) {
+void add_reduce_grad(PipeSchedule& s) {
   for (auto& list : s.ranks) {
     std::vector<PipeAction> out;
     std::set<int> done;
@@ -129,7 +129,7 @@ void add_reduce_grad(PipelineSchedule& s) {
 
 }  // namespace
 
-PipelineSchedule make_pipeline_schedule(const std::string& name, int p, int num_stages, int m, bool reduce_grad) {
+PipeSchedule make_pipeline_schedule(const std::string& name, int p, int num_stages, int m, bool reduce_grad) {
   const auto& names = pipeline_schedule_names();
   TITAN_CONFIG_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
                      "parallelism.pipeline_parallel_schedule: unknown schedule '", name, "' (known: ", name_list(),
@@ -139,7 +139,7 @@ PipelineSchedule make_pipeline_schedule(const std::string& name, int p, int num_
   TITAN_CONFIG_CHECK(num_stages >= p && num_stages % p == 0, "pipeline schedule ", name, ": ", num_stages,
                      " stages do not divide over ", p, " pipeline ranks");
   const int v = num_stages / p;
-  PipelineSchedule s;
+  PipeSchedule s;
   s.name = name;
   s.num_ranks = p;
   s.num_stages = num_stages;

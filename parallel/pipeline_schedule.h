@@ -45,7 +45,7 @@ struct PipeAction {
 // Parses to_string()'s form; a config error names `where` (e.g. "schedule.csv:2") otherwise.
 PipeAction parse_pipe_action(const std::string& text, const std::string& where);
 
-struct PipelineSchedule {
+struct PipeSchedule {
   std::string name;
   int num_ranks = 1;
   int num_stages = 1;
@@ -69,27 +69,27 @@ bool single_stage_schedule(const std::string& name);
 // sends and receives inserted (insert_p2p) and, when `reduce_grad`, one REDUCE_GRAD per
 // stage after its last backward. Config errors for an unknown name, a stage count the
 // schedule cannot use, or fewer micro-batches than it needs. The result is validated.
-PipelineSchedule make_pipeline_schedule(const std::string& name, int num_ranks, int num_stages,
+PipeSchedule make_pipeline_schedule(const std::string& name, int num_ranks, int num_stages,
                                         int num_microbatches, bool reduce_grad = false);
 
 // Loads a custom schedule: one line per pipeline rank, actions separated by commas (empty
 // cells and blank lines after the last rank are ignored, '#' starts a comment). Stages and
 // their ranks are read from the actions. Without sends and receives they are inserted;
 // with them, they are validated as given. Config errors name file:line.
-PipelineSchedule load_pipeline_schedule_csv(const std::string& path, int num_ranks, int num_microbatches);
+PipeSchedule load_pipeline_schedule_csv(const std::string& path, int num_ranks, int num_microbatches);
 
 // Given compute actions only (F, B, I, W, REDUCE_GRAD...), inserts the sends and receives
 // between ranks: each send right after the action that makes its tensor, each receive where
 // a unit-cost replay says the tensor arrives, all of them in one global order, so that the
 // lists cannot deadlock even when every send and receive blocks until its peer meets it.
-void insert_p2p(PipelineSchedule& schedule);
+void insert_p2p(PipeSchedule& schedule);
 
 // Every micro-batch's F precedes its B (or I, then W) on its stage, each exactly once, on
 // the stage's rank; every send has its receive on the peer's rank; FSDP actions are well
 // placed; the lists do not deadlock when sends and receives block (rendezvous). Config
 // errors name the schedule, rank and action. compute_only: the order checks alone, for lists
 // whose sends and receives are still to be inserted.
-void validate_pipeline_schedule(const PipelineSchedule& schedule, bool compute_only = false);
+void validate_pipeline_schedule(const PipeSchedule& schedule, bool compute_only = false);
 
 // Unit costs of the text timeline and of schedule construction: F 1, B 2, I 1, W 1.
 double unit_cost(PipeOp op);
@@ -97,17 +97,17 @@ double unit_cost(PipeOp op);
 // The schedule as replay steps, with `cost(action)` seconds per compute action and
 // `transfer(action)` seconds per send; kImplicit drops the sends and receives.
 std::vector<std::vector<devices::PipeStep>> pipeline_steps(
-    const PipelineSchedule& schedule, devices::P2PMode mode,
+    const PipeSchedule& schedule, devices::P2PMode mode,
     const std::function<double(const PipeAction&)>& cost,
     const std::function<double(const PipeAction&)>& transfer);
 
 // A text timeline: one row per rank, one column per unit of time (unit costs, free
 // transfers), each compute action in the cells it occupies, '.' where the rank idles; then
 // the bubble fraction and every rank's full action list.
-std::string format_pipeline_schedule(const PipelineSchedule& schedule);
+std::string format_pipeline_schedule(const PipeSchedule& schedule);
 
 // Most micro-batches whose activations a rank holds at once (forwards done minus backwards,
 // or weight-gradient halves, done), per rank, counted per stage-micro-batch pair.
-std::vector<int> peak_in_flight(const PipelineSchedule& schedule);
+std::vector<int> peak_in_flight(const PipeSchedule& schedule);
 
 }  // namespace titan

@@ -18,19 +18,19 @@ using devices::PipeStep;
 // Message ids: the activation a stage sends on, the gradient it sends back, and two
 // same-rank tokens (a stage's F done, its I done) that order F -> B/I -> W.
 enum Channel { kActivation = 0, kGradient = 1, kForwardDone = 2, kInputGradDone = 3 };
-int64_t message_id(const PipelineSchedule& s, Channel c, int stage, int mb) {
+int64_t message_id(const PipeSchedule& s, Channel c, int stage, int mb) {
   return (static_cast<int64_t>(c) * s.num_stages + stage) * s.num_microbatches + mb;
 }
 
 bool is_backward(PipeOp op) { return op == PipeOp::kBackward || op == PipeOp::kBackwardInput; }
 
-std::string where(const PipelineSchedule& s, int rank) {
+std::string where(const PipeSchedule& s, int rank) {
   return "pipeline schedule '" + s.name + "', rank " + std::to_string(rank);
 }
 
 }  // namespace
 
-std::vector<std::vector<PipeStep>> pipeline_steps(const PipelineSchedule& s, P2PMode mode,
+std::vector<std::vector<PipeStep>> pipeline_steps(const PipeSchedule& s, P2PMode mode,
                                                   const std::function<double(const PipeAction&)>& cost,
                                                   const std::function<double(const PipeAction&)>& transfer) {
   const int last = s.num_stages - 1;
@@ -74,7 +74,7 @@ namespace {
 double compute_unit_cost(const PipeAction& a) { return a.compute() ? unit_cost(a.op) : 0.0; }
 double free_transfer(const PipeAction&) { return 0.0; }
 
-std::string deadlock_text(const PipelineSchedule& s, const devices::PipelineReplayResult& r) {
+std::string deadlock_text(const PipeSchedule& s, const devices::PipelineReplayResult& r) {
   std::ostringstream os;
   for (const auto& [rank, idx] : r.stuck) {
     os << (os.tellp() > 0 ? "; " : "") << "rank " << rank << " waits at "
@@ -85,7 +85,7 @@ std::string deadlock_text(const PipelineSchedule& s, const devices::PipelineRepl
 
 }  // namespace
 
-void insert_p2p(PipelineSchedule& s) {
+void insert_p2p(PipeSchedule& s) {
   TITAN_CHECK(!s.has_p2p(), "insert_p2p: schedule '", s.name, "' already has sends and receives");
   const auto steps = pipeline_steps(s, P2PMode::kImplicit, compute_unit_cost, free_transfer);
   const auto replay = devices::replay_pipeline(steps, P2PMode::kImplicit);
@@ -135,7 +135,7 @@ namespace {
 // Positions of each action on its rank, for the order checks.
 using Positions = std::map<std::tuple<int, int, int>, std::vector<size_t>>;  // (op, stage, mb)
 
-size_t position(const PipelineSchedule& s, const Positions& pos, PipeOp op, int stage, int mb, const char* what) {
+size_t position(const PipeSchedule& s, const Positions& pos, PipeOp op, int stage, int mb, const char* what) {
   auto it = pos.find({static_cast<int>(op), stage, mb});
   const int rank = s.stage_rank[stage];
   TITAN_CONFIG_CHECK(it != pos.end(), where(s, rank), ": ", PipeAction{op, stage, mb}.to_string(), " (", what,
@@ -145,14 +145,14 @@ size_t position(const PipelineSchedule& s, const Positions& pos, PipeOp op, int 
   return it->second.front();
 }
 
-void check_before(const PipelineSchedule& s, size_t a, size_t b, const PipeAction& first, const PipeAction& then) {
+void check_before(const PipeSchedule& s, size_t a, size_t b, const PipeAction& first, const PipeAction& then) {
   TITAN_CONFIG_CHECK(a < b, where(s, s.stage_rank[then.stage]), ": ", first.to_string(), " must come before ",
                      then.to_string());
 }
 
 }  // namespace
 
-void validate_pipeline_schedule(const PipelineSchedule& s, bool compute_only) {
+void validate_pipeline_schedule(const PipeSchedule& s, bool compute_only) {
   const int S = s.num_stages, M = s.num_microbatches;
   TITAN_CONFIG_CHECK(static_cast<int>(s.ranks.size()) == s.num_ranks && static_cast<int>(s.stage_rank.size()) == S,
                      "pipeline schedule '", s.name, "': ", s.ranks.size(), " action lists for ", s.num_ranks, " ranks");
@@ -235,7 +235,7 @@ void validate_pipeline_schedule(const PipelineSchedule& s, bool compute_only) {
                      deadlock_text(s, replay));
 }
 
-std::vector<int> peak_in_flight(const PipelineSchedule& s) {
+std::vector<int> peak_in_flight(const PipeSchedule& s) {
   std::vector<int> out(s.ranks.size(), 0);
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     int held = 0;
@@ -247,7 +247,7 @@ std::vector<int> peak_in_flight(const PipelineSchedule& s) {
   return out;
 }
 
-std::string format_pipeline_schedule(const PipelineSchedule& s) {
+std::string format_pipeline_schedule(const PipeSchedule& s) {
   const auto steps = pipeline_steps(s, P2PMode::kAsync, compute_unit_cost, free_transfer);
   const auto replay = devices::replay_pipeline(steps, P2PMode::kAsync);
   size_t width = 2;

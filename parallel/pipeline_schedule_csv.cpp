@@ -16,10 +16,10 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
-PipelineSchedule load_pipeline_schedule_csv(const std::string& path, int num_ranks, int num_microbatches) {
+PipeSchedule load_pipeline_schedule_csv(const std::string& path, int num_ranks, int num_microbatches) {
   std::ifstream in(path);
   TITAN_CONFIG_CHECK(in.good(), "parallelism.pipeline_parallel_schedule_csv: cannot read '", path, "'");
-  PipelineSchedule s;
+  PipeSchedule s;
   s.name = path;
   s.num_ranks = num_ranks;
   s.num_microbatches = num_microbatches;

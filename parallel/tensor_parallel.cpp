@@ -119,14 +119,42 @@ torch::Tensor gather_last_dim(const torch::Tensor& x, Communicator& tp) {
   return tp.size() > 1 ? GatherLast::apply(x, handle(tp)) : x;
 }
 
-void shard_weight(WeightModule& m, int64_t dim, Communicator& tp) {
+void shard_weight(WeightModule& m, int64_t dim, Communicator& tp, int64_t replicas) {
   torch::NoGradGuard no_grad;
   const int64_t n = m.weight.size(dim);
-  TITAN_CHECK(n % tp.size() == 0, "tensor parallel: dim ", dim, " of size ", n,
-              " is not divisible by the tensor-parallel degree ", tp.size());
-  const int64_t len = n / tp.size();
+  TITAN_CHECK(replicas >= 1 && tp.size() % replicas == 0, "tensor parallel: ", replicas,
+              " replicas do not divide the tensor-parallel degree ", tp.size());
+  const int64_t blocks = tp.size() / replicas;
+  TITAN_CHECK(n % blocks == 0, "tensor parallel: dim ", dim, " of size ", n, " is not divisible into ", blocks,
+              " blocks (tensor-parallel degree ", tp.size(), ", ", replicas, " replicas)");
+  const int64_t len = n / blocks;
   // set_data keeps the registered parameter object, now holding this rank's block.
-  m.weight.set_data(m.weight.narrow(dim, tp.rank() * len, len).contiguous().clone());
+  m.weight.set_data(m.weight.narrow(dim, (tp.rank() / replicas) * len, len).contiguous().clone());
+}
+
+torch::Tensor gather_tp_blocks(const torch::Tensor& local, int64_t dim, int64_t replicas, Communicator& tp) {
+  torch::Tensor all = all_gather_along(local, dim, tp);
+  if (replicas == 1) return all.contiguous();
+  std::vector<torch::Tensor> firsts;
+  const auto blocks = all.chunk(tp.size(), dim);
+  for (int64_t b = 0; b < tp.size(); b += replicas) firsts.push_back(blocks[b]);
+  return torch::cat(firsts, dim).contiguous();
+}
+
+void sum_over_replicas(const std::vector<torch::Tensor>& grads, int64_t replicas, Communicator& tp) {
+  if (replicas == 1 || grads.empty()) return;
+  torch::NoGradGuard no_grad;
+  const int64_t groups = tp.size() / replicas, mine = tp.rank() / replicas;
+  // Each rank's gradient goes to its block's slot, zeros elsewhere: the sum over tp gives
+  // every slot the sum over that block's replicas.
+  std::vector<torch::Tensor> slots;
+  for (const auto& g : grads) {
+    auto s = torch::zeros({groups, g.numel()}, g.options());
+    s[mine].copy_(g.reshape({-1}));
+    slots.push_back(s);
+  }
+  tp.all_reduce(slots, ReduceOp::kSum)->wait();
+  for (size_t i = 0; i < grads.size(); ++i) grads[i].copy_(slots[i][mine].view_as(grads[i]));
 }
 
 torch::Tensor vocab_parallel_embedding_partial(const torch::Tensor& local_weight,

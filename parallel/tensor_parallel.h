@@ -32,7 +32,15 @@ torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, Communicator
 
 // Shards a module's registered weight in place along `dim` (this rank's contiguous block).
 // The size along dim must be divisible by the group size (checked by the caller's plan).
-void shard_weight(WeightModule& m, int64_t dim, Communicator& tp);
+// replicas > 1: the weight splits into tp / replicas blocks and `replicas` neighbouring
+// ranks hold the same one, block tp.rank() / replicas (grouped-query attention with more
+// tp ranks than KV heads: each KV head replicated, as Megatron-LM and Neuron do).
+void shard_weight(WeightModule& m, int64_t dim, Communicator& tp, int64_t replicas = 1);
+// The full tensor from every rank's block along dim (one copy of each replicated block).
+torch::Tensor gather_tp_blocks(const torch::Tensor& local, int64_t dim, int64_t replicas, Communicator& tp);
+// After backward: each replicated block's gradient summed over the ranks holding it (each
+// rank computed the part its own query heads contributed). In place, every rank calls it.
+void sum_over_replicas(const std::vector<torch::Tensor>& grads, int64_t replicas, Communicator& tp);
 
 // Cross entropy summed over tokens / normalizer, on logits sharded over the vocabulary
 // ([..., V / tp], this rank holding block tp.rank()), without gathering them: max, sum of

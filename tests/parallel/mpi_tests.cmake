@@ -98,3 +98,59 @@ add_test(NAME parallel_tensor_parallel_bad_degree
                  --training.steps 1
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_tensor_parallel_bad_degree PROPERTIES TIMEOUT 60 PROCESSORS 3)
+
+# Pipeline parallel: every schedule on 2 stages (4 micro-batches per step, 2 accumulation
+# steps), Interleaved1F1B with 2 stages per rank, a custom CSV schedule; mpi and gloo, fused
+# and separate across the runs.
+set(_pp2 --parallelism.pipeline_parallel_degree=2,--training.local_batch_size=4)
+add_test(NAME parallel_loss_parity_pipeline_schedules
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} --
+                 pp2_gpipe_gloo_separate:2:${_pp2},--parallelism.pipeline_parallel_schedule=GPipe,--comm.backend=gloo,--comm.collective_mode=separate
+                 pp2_1f1b:2:${_pp2},--parallelism.pipeline_parallel_schedule=1F1B
+                 pp2_interleaved_v2_separate:2:${_pp2},--parallelism.pipeline_parallel_schedule=Interleaved1F1B,--comm.collective_mode=separate
+                 pp2_interleaved_zero_bubble_gloo:2:${_pp2},--parallelism.pipeline_parallel_schedule=InterleavedZeroBubble,--comm.backend=gloo
+                 pp2_zbv:2:${_pp2},--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+                 pp2_csv:2:${_pp2},--parallelism.pipeline_parallel_schedule_csv=${CMAKE_CURRENT_LIST_DIR}/pp2_custom.csv
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_pipeline_schedules PROPERTIES TIMEOUT 900 PROCESSORS 2)
+# Pipeline composed with FSDP, DDP and TP (vocabulary padded to 258 for tp); 8 ranks oversubscribed.
+set(_pp2tp --parallelism.pipeline_parallel_degree=2,--parallelism.tensor_parallel_degree=2)
+add_test(NAME parallel_loss_parity_pipeline_composed
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=258
+                 pp2_fsdp2:4:--parallelism.pipeline_parallel_degree=2,--parallelism.data_parallel_shard_degree=2
+                 pp2_ddp2_separate:4:--parallelism.pipeline_parallel_degree=2,--parallelism.data_parallel_replicate_degree=2,--parallelism.data_parallel_shard_degree=1,--comm.collective_mode=separate
+                 pp2_tp2:4:${_pp2tp},--parallelism.data_parallel_shard_degree=1,--training.local_batch_size=4
+                 pp2_fsdp2_tp2:8:${_pp2tp},--parallelism.data_parallel_shard_degree=2,--parallelism.pipeline_parallel_schedule=Interleaved1F1B
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_pipeline_composed PROPERTIES TIMEOUT 900 PROCESSORS 8)
+# Bad pipeline input ends every rank with a clear message, no hang:
+# pipeline_failure(<name> <np> <regex> <titan-train options...>) on the debug model.
+function(pipeline_failure name np regex)
+  add_test(NAME parallel_pipeline_${name}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30 "${regex}"
+                   ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np ${np} $<TARGET_FILE:titan-train>
+                   --config ${CMAKE_SOURCE_DIR}/configs/debug_model.toml --training.steps 1
+                   --parallelism.pipeline_parallel_degree ${np} ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(parallel_pipeline_${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np})
+endfunction()
+pipeline_failure(too_few_microbatches 2 "needs a multiple of the 2 pipeline ranks as micro-batches, got 3"
+                 --parallelism.pipeline_parallel_schedule Interleaved1F1B --training.local_batch_size 3)
+pipeline_failure(csv_deadlock 2 "deadlocks when sends and receives block"
+                 --parallelism.pipeline_parallel_schedule_csv ${CMAKE_CURRENT_LIST_DIR}/pp2_deadlock.csv
+                 --training.local_batch_size 2)
+pipeline_failure(layers_cannot_split 4 "pipeline: cannot split 2 layers"
+                 --parallelism.pipeline_parallel_schedule Interleaved1F1B --model.n_layers 2)
+pipeline_failure(unknown_schedule 2 "pipeline_parallel_schedule.*2F2B"
+                 --parallelism.pipeline_parallel_schedule 2F2B)
+# Tensor parallel beyond the KV heads: 2 KV heads on 4 tp ranks, each replicated twice.
+set(_tp4 --parallelism.tensor_parallel_degree=4,--parallelism.data_parallel_shard_degree=1)
+add_test(NAME parallel_loss_parity_tp_kv_replicated
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=260,--model.n_kv_heads=2
+                 tp4_kv2:4:${_tp4}
+                 tp4_kv2_no_sp_gloo_separate:4:${_tp4},--parallelism.enable_sequence_parallel=false,--comm.backend=gloo,--comm.collective_mode=separate
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_tp_kv_replicated PROPERTIES TIMEOUT 600 PROCESSORS 4)

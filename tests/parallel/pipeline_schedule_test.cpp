@@ -47,7 +47,7 @@ std::string label(const Case& c) {
 }
 
 // Checks the lists directly (not through validate_pipeline_schedule).
-void check_schedule(const PipelineSchedule& s, const std::string& what) {
+void check_schedule(const PipeSchedule& s, const std::string& what) {
   std::map<std::string, std::pair<int, size_t>> where;  // action text -> (rank, index)
   std::multiset<std::tuple<int, int, int, int>> sends, recvs;  // (channel, from stage, to stage, mb)
   for (int r = 0; r < s.num_ranks; ++r) {
@@ -91,7 +91,7 @@ void check_schedule(const PipelineSchedule& s, const std::string& what) {
 TEST(PipelineSchedule, EveryScheduleIsOrderedMatchedAndDeadlockFree) {
   for (const Case& c : all_cases()) {
     for (bool fsdp : {false, true}) {
-      PipelineSchedule s =
+      PipeSchedule s =
           make_pipeline_schedule(c.name, c.ranks, c.ranks * c.stages_per_rank, c.microbatches, fsdp);
       check_schedule(s, label(c));
       int reduces = 0;
@@ -112,7 +112,7 @@ TEST(PipelineSchedule, PlacementLoopAndV) {
   EXPECT_FALSE(loop.split_backward());
 }
 
-double unit_bubble(const PipelineSchedule& s, double stage_scale) {
+double unit_bubble(const PipeSchedule& s, double stage_scale) {
   auto cost = [&](const PipeAction& a) { return a.compute() ? unit_cost(a.op) * stage_scale : 0.0; };
   auto free_p2p = [](const PipeAction&) { return 0.0; };
   auto res = devices::replay_pipeline(pipeline_steps(s, P2PMode::kAsync, cost, free_p2p), P2PMode::kAsync);
@@ -191,7 +191,7 @@ TEST(PipelineScheduleCsv, ComputeOnlyGetsSendsAndReceives) {
                                      "# a 2-rank 1F1B written by hand\n"
                                      "0F0, 0F1, 0B0, 0B1\n"
                                      "1F0, 1B0, 1F1, 1B1\n");
-  PipelineSchedule s = load_pipeline_schedule_csv(path, 2, 2);
+  PipeSchedule s = load_pipeline_schedule_csv(path, 2, 2);
   EXPECT_EQ(s.num_stages, 2);
   EXPECT_TRUE(s.has_p2p());
   check_schedule(s, path);
@@ -201,7 +201,7 @@ TEST(PipelineScheduleCsv, ExplicitSendsAreKeptAndChecked) {
   const std::string ok = write_csv("explicit_ok",
                                    "0F0,0SEND_F0,0RECV_B0,0B0\n"
                                    "1RECV_F0,1F0,1B0,1SEND_B0\n");
-  PipelineSchedule s = load_pipeline_schedule_csv(ok, 2, 1);
+  PipeSchedule s = load_pipeline_schedule_csv(ok, 2, 1);
   EXPECT_EQ(s.ranks[0][1].to_string(), "0SEND_F0");
   // Rank 0 sends micro-batch 1 before taking micro-batch 0's gradient; rank 1 sends that
   // gradient before taking micro-batch 1: both block in their sends.

@@ -15,6 +15,9 @@ training.steps 20 and stop after the step-10 save through TITAN_CHECKPOINT_FAULT
                   loadable and the resumed run matches the straight run bit for bit
   missing_shard   a rank file of step 10 removed: resume skips it with a warning naming it;
                   asking for it by load_step fails with a clear message
+  pipeline 4      PP 2 x FSDP 2: 20 steps straight == 10 + a new process resuming (bit for bit);
+                  that checkpoint resumed on 1 rank and on FSDP 2 x TP 2, and an FSDP 4
+                  checkpoint resumed on PP 2 x TP 2 and on PP 4 (within 1e-5)
 usage: checkpoint_resume.py SCENARIO [NP] --titan-train BIN --mpirun BIN --workdir DIR"""
 import argparse
 import json
@@ -213,6 +216,41 @@ def missing_shard(r):
     compare("resume skipping the damaged step 10", got, straight, list(range(6, 21)), 0)
 
 
+def pipeline(r):
+    w = r.args.workdir
+    pp2 = mesh(2) + ["--parallelism.pipeline_parallel_degree", "2"]  # x FSDP 2 on 4 ranks
+    straight, _ = r.run(4, "pp_straight", pp2 + ["--training.steps", "20"])
+    folder = os.path.join(w, "ckpt_pp")
+    shutil.rmtree(folder, ignore_errors=True)
+    first = interrupted(r, 4, "pp_first", pp2, folder)
+    second, out = r.run(4, "pp_second", pp2 + ["--training.steps", "20"] + ckpt(folder))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: the PP process did not resume\n{out}")
+    compare("PP 2 x FSDP 2 first process", first, straight, list(range(1, 11)), 0)
+    compare("PP 2 x FSDP 2 new process resumed at step 10", second, straight, list(range(11, 21)), 0)
+    for n, m, name in [(1, mesh(1), "single process"), (4, mesh(4, 1, 2), "FSDP 2 x TP 2")]:
+        copy = os.path.join(w, f"ckpt_pp_to_{n}")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(folder, copy)
+        got, out = r.run(n, f"pp_to_{n}", m + ["--training.steps", "20"] + ckpt(copy, "--checkpoint.load_step", "10"))
+        if "resumed from" not in out:
+            sys.exit(f"FAIL: {name} did not resume the PP checkpoint\n{out}")
+        compare(f"PP 2 x FSDP 2 -> {name}", got, straight, list(range(11, 21)), 1e-5)
+    # Layouts agree within 1e-5 (loss parity), so the PP run is the reference here too.
+    fsdp_folder = os.path.join(w, "ckpt_fsdp4_pp")
+    shutil.rmtree(fsdp_folder, ignore_errors=True)
+    interrupted(r, 4, "fsdp4_save", mesh(4), fsdp_folder)
+    for m, name in [(mesh(2, 1, 2) + ["--parallelism.pipeline_parallel_degree", "2"], "PP 2 x TP 2"),
+                    (mesh(1) + ["--parallelism.pipeline_parallel_degree", "4"], "PP 4")]:
+        copy = os.path.join(w, f"ckpt_fsdp4_to_{name.replace(' ', '')}")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(fsdp_folder, copy)
+        got, out = r.run(4, f"to_{name.replace(' ', '')}", m + ["--training.steps", "20"] + ckpt(copy))
+        if "resumed from" not in out:
+            sys.exit(f"FAIL: {name} did not resume the FSDP 4 checkpoint\n{out}")
+        compare(f"FSDP 4 -> {name}", got, straight, list(range(11, 21)), 1e-5)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -225,7 +263,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     r = Runner(args)
     {"exact": lambda: exact(r, args.np), "reshard": lambda: reshard(r), "kill": lambda: kill(r),
-     "missing_shard": lambda: missing_shard(r)}[args.scenario]()
+     "missing_shard": lambda: missing_shard(r), "pipeline": lambda: pipeline(r)}[args.scenario]()
     shutil.rmtree(args.workdir, ignore_errors=True)
 
 

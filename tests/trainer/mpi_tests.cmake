@@ -4,7 +4,7 @@
 set(_ckpt_driver ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume.py
     --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
     --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
-foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_shard;2")
+foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_shard;2" "pipeline;4")
   list(GET scenario 0 name)
   list(GET scenario 1 np)
   add_test(NAME checkpoint_${name}_np${np}
@@ -26,4 +26,9 @@ foreach(mode fused separate)
                  --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 2)
   titan_mpi_test(trainer_sim_collectives_fsdp2_tp2_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
                  --parallelism.tensor_parallel_degree 2 --model.vocab_size 258)
+  # Pipeline: sends, receives and every other collective of each stage's rank.
+  titan_mpi_test(trainer_sim_collectives_pp4_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
+                 --parallelism.pipeline_parallel_degree 4)
+  titan_mpi_test(trainer_sim_collectives_pp2_fsdp2_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
+                 --parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule ZBVZeroBubble)
 endforeach()

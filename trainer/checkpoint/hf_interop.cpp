@@ -119,13 +119,8 @@ std::string hf_config_json(const ModelArgs& a, torch::ScalarType dtype) {
 }
 
 void export_hf(Trainer& trainer, const std::string& path, torch::ScalarType dtype) {
-  TensorMap full;
-  auto& params = trainer.optimizer().params();
-  const auto layout = param_layout(trainer);
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto t = full_parameter(trainer, i, layout[i]);  // collective under FSDP: every rank takes part
-    if (trainer.is_writer()) full[params[i].name] = t;
-  }
+  // Collective (FSDP, TP and pipeline groups): every rank takes part.
+  TensorMap full = trainer.gather_full_parameters();
   if (!trainer.is_writer()) return;
   save_safetensors(path, to_hf(full, dtype), {{"format", "pt"}});
   std::ofstream(std::filesystem::path(path).parent_path() / "config.json") << hf_config_json(trainer.model_args(), dtype);

@@ -91,6 +91,17 @@ Registry make_registry(JobConfig& c) {
   r.add("parallelism", "pipeline_parallel_schedule", &p.pipeline_parallel_schedule, "pipeline schedule");
   r.add("parallelism", "pipeline_parallel_microbatch_size", &p.pipeline_parallel_microbatch_size,
         1, kInf, "sequences per pipeline micro-batch");
+  r.add("parallelism", "pipeline_parallel_layers_per_stage", &p.pipeline_parallel_layers_per_stage, -1, kInf,
+        "layers per pipeline stage, embedding and output counted (-1: one stage per rank, two for "
+        "multi-stage schedules)");
+  r.add("parallelism", "pipeline_parallel_first_stage_less_layers", &p.pipeline_parallel_first_stage_less_layers,
+        0, kInf, "layers the embedding counts for on the first stage");
+  r.add("parallelism", "pipeline_parallel_last_stage_less_layers", &p.pipeline_parallel_last_stage_less_layers,
+        0, kInf, "layers the norm and output count for on the last stage");
+  r.add("parallelism", "pipeline_parallel_schedule_csv", &p.pipeline_parallel_schedule_csv,
+        "custom schedule: one line of actions per pipeline rank (\"\": pipeline_parallel_schedule)");
+  r.add("parallelism", "pipeline_parallel_print_schedule", &p.pipeline_parallel_print_schedule,
+        "print each pipeline rank's actions as a text timeline at start");
 
   auto& k = c.checkpoint;
   r.add("checkpoint", "enable", &k.enable, "save checkpoints");

@@ -85,6 +85,11 @@ struct ParallelismSection {
   bool disable_loss_parallel = false;
   PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::k1F1B;
   int64_t pipeline_parallel_microbatch_size = 1;
+  int64_t pipeline_parallel_layers_per_stage = -1;  // -1: one stage per rank (two for multi-stage schedules)
+  int64_t pipeline_parallel_first_stage_less_layers = 1;  // the embedding's weight in layers
+  int64_t pipeline_parallel_last_stage_less_layers = 1;   // the norm and output's weight in layers
+  std::string pipeline_parallel_schedule_csv = "";  // a custom schedule; "" : the named one
+  bool pipeline_parallel_print_schedule = false;
 };
 
 struct CheckpointSection {

@@ -175,8 +175,11 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, int64_t max_seq_len,
 }
 
 torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
-  auto h = tok_embeddings(tokens);
-  for (int64_t i = 0; i < static_cast<int64_t>(layers.size()); ++i) {
+  return norm(run_layers(tok_embeddings(tokens), 0, static_cast<int64_t>(layers.size())));
+}
+
+torch::Tensor TransformerImpl::run_layers(torch::Tensor h, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     ForwardFn fn = [this, i](const torch::Tensor& x) { return layers[i]->forward(x, rope); };
     // Wrappers compose outermost first: wrapper 0 sees the others as its inner function.
     for (auto it = block_wrappers.rbegin(); it != block_wrappers.rend(); ++it) {
@@ -185,7 +188,7 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
     }
     h = fn(h);
   }
-  return norm(h);
+  return h;
 }
 
 torch::Tensor TransformerImpl::head(const torch::Tensor& h) {

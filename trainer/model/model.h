@@ -92,6 +92,9 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens);
   torch::Tensor hidden(const torch::Tensor& tokens);  // final-norm output, before the head
   torch::Tensor head(const torch::Tensor& h);
+  // The pieces of hidden(), for running part of the model (a pipeline stage, from outside):
+  // blocks [begin, end) through block_wrappers.
+  torch::Tensor run_layers(torch::Tensor h, int64_t begin, int64_t end);
 
   // Deterministic init from the seed: each parameter draws from its own generator seeded by
   // (seed, parameter name), so the result does not depend on order, rank or mesh.

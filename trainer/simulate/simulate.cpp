@@ -2,6 +2,7 @@
 // `sim` World, replay it on the device model, report like a real run.
 #include "trainer/simulate/simulate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -73,11 +74,22 @@ RecordedStep record_step(const JobConfig& cfg) {
   out.chip = simulated_chip(cfg);
   const int64_t chips = cfg.simulation.num_chips;
   out.dims = parallel_dims(cfg, chips);  // degrees must multiply to num_chips
-  // The plans in parallelize() cover FSDP / HSDP / DDP and TP so far (Trainer checks the
-  // same); PP and CP join the simulation through parallelize() once they exist.
-  TITAN_CONFIG_CHECK(out.dims.pp == 1 && out.dims.cp == 1, "pipeline and context parallelism are not implemented yet (",
-                     out.dims.to_string(), "); use data parallel and tensor parallel degrees");
+  // Context parallelism joins the simulation through parallelize() once it exists (the
+  // Trainer refuses it too).
+  TITAN_CONFIG_CHECK(out.dims.cp == 1, "context parallelism is not implemented yet (", out.dims.to_string(),
+                     "); use data parallel, tensor parallel and pipeline parallel degrees");
   out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
+  if (out.dims.pp > 1) {
+    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, out.chip.fused_attention));
+    const RecordedPipeline& p = *out.pipeline;
+    for (const auto& c : p.calls[0])
+      if (c.type == SimCollectiveEvent::Type::kCall) out.calls.push_back(c);
+    out.local_params = *std::max_element(p.local_params.begin(), p.local_params.end());
+    out.param_elem_bytes = p.param_elem_bytes;
+    out.microbatches = p.runs * p.schedule.num_microbatches;
+    out.global_batch = ParallelDims(out.dims).dp() * cfg.training.local_batch_size * p.runs;
+    return out;
+  }
 
   // The sim World: num_chips ranks, this process is rank 0 (every rank of a stage does the
   // same work under SPMD).
@@ -119,7 +131,16 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   o.execution = execution_mode(cfg);
   o.collective_mode = cfg.comm.collective_mode == CollectiveMode::kFused ? devices::CollectiveMode::kFused
                                                                        : devices::CollectiveMode::kSeparate;
-  r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
+  if (rec.pipeline) {
+    PipelineReplayReport pr = replay_pipeline_step(*rec.pipeline, rec.placement, rec.chip, o);
+    r.report = pr.report;
+    r.pipeline_schedule = rec.pipeline->schedule.name;
+    r.pipeline_stages = rec.pipeline->schedule.num_stages;
+    r.pipeline_bubble_fraction = pr.bubble_fraction;
+    r.pipeline_rank_busy_s = pr.rank_busy_s;
+  } else {
+    r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
+  }
 
   const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
   r.flops_per_token = flops_per_token(args, r.seq_len);
@@ -133,7 +154,8 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   l.tp = rec.dims.tp;
   l.pp = rec.dims.pp;
   l.fsdp = rec.dims.dp_shard * rec.dims.cp;
-  l.tokens = cfg.training.local_batch_size * r.seq_len / rec.dims.cp;
+  const int64_t rows = rec.pipeline ? cfg.parallelism.pipeline_parallel_microbatch_size : cfg.training.local_batch_size;
+  l.tokens = rows * r.seq_len / rec.dims.cp;
   l.param_bytes = rec.param_elem_bytes;
   l.ac = ac_mode(cfg);
   l.selective_every = l.ac == devices::ActivationCheckpoint::kSelective ? cfg.activation_checkpoint.selective_every : 0;
@@ -144,6 +166,21 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = rec.param_elem_bytes;
   in.master_weights = false;
   r.memory = devices::memory_per_chip(in, rec.chip);
+  if (rec.pipeline) {
+    // Each pipeline rank: its own parameters, and the activations of the micro-batches its
+    // schedule keeps in flight (layers live at once); the largest is the report's.
+    const RecordedPipeline& p = *rec.pipeline;
+    for (size_t q = 0; q < p.local_params.size(); ++q) {
+      devices::MemoryInputs mq = in;
+      mq.local_params = p.local_params[q];
+      mq.local_layers = p.peak_live_layers[q];
+      mq.microbatches_in_flight = 1;
+      if (!p.holds_output[q]) mq.extra_activation_bytes = 0;
+      const devices::MemoryReport m = devices::memory_per_chip(mq, rec.chip);
+      r.pipeline_rank_memory_gib.push_back(m.total_gib());
+      if (q == 0 || m.total > r.memory.total) r.memory = m;
+    }
+  }
   return r;
 }
 
@@ -197,6 +234,14 @@ std::string format_report(const SimulationResult& r) {
      << " %  (TorchTitan convention: 6 x params without input embedding + 12 x layers x heads x "
         "head_dim x seq per token, attention not halved)\n";
   os << "  memory/chip     " << r.memory.describe() << (r.memory.fits ? "  fits" : "  DOES NOT FIT") << "\n";
+  if (!r.pipeline_schedule.empty()) {
+    os << "  pipeline        " << r.pipeline_schedule << ", " << r.pipeline_stages << " stages; bubble "
+       << std::setprecision(1) << 100.0 * r.pipeline_bubble_fraction << " % of rank-time; per pipeline rank busy";
+    for (double b : r.pipeline_rank_busy_s) os << " " << std::setprecision(4) << b;
+    os << " s, memory";
+    for (double g : r.pipeline_rank_memory_gib) os << " " << std::setprecision(2) << g;
+    os << " GiB\n";
+  }
   os << std::setprecision(4) << "  exposed comm    " << s.exposed_comm_s << " s (" << std::setprecision(1)
      << 100.0 * s.exposed_comm_fraction << " % of the step); compute " << std::setprecision(4) << s.compute_s
      << " s, comm busy " << s.comm_s << " s, idle " << s.idle_s << " s\n";
@@ -253,6 +298,13 @@ std::string to_json(const SimulationResult& r) {
   j["kernels"] = s.kernels;
   j["collectives"] = s.collectives;
   j["simulation_wall_s"] = r.wall_s;
+  if (!r.pipeline_schedule.empty()) {
+    j["pipeline"] = {{"schedule", r.pipeline_schedule},
+                     {"stages", r.pipeline_stages},
+                     {"bubble_fraction", r.pipeline_bubble_fraction},
+                     {"rank_busy_s", r.pipeline_rank_busy_s},
+                     {"rank_memory_gib", r.pipeline_rank_memory_gib}};
+  }
   return j.dump(2);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "devices/step_simulator.h"
 #include "parallel/parallel_dims.h"
 #include "trainer/config/job_config.h"
+#include "trainer/simulate/simulate_pipeline.h"
 
 namespace titan {
 
@@ -29,6 +31,9 @@ struct RecordedStep {
   int64_t param_elem_bytes = 4;  // storage dtype of the parameters (mixed_precision_param)
   int64_t microbatches = 1;
   int64_t global_batch = 0;
+  // Pipeline parallelism: every pipeline rank's step cut at the schedule's actions (the
+  // fields above then describe the first pipeline rank).
+  std::shared_ptr<RecordedPipeline> pipeline;
 };
 
 // The chip a config names; "cpu" reads its constants from the calibration file
@@ -55,6 +60,13 @@ struct SimulationResult {
   std::string other_mode;  // the other collective mode, re-recorded and replayed
   double other_step_time_s = 0, other_mfu_percent = 0;
   double wall_s = 0;  // this process's time to record and replay (both modes)
+  // Pipeline parallelism (empty without): schedule, bubble over every pipeline rank, each
+  // pipeline rank's busy time and memory (the memory above is the largest).
+  std::string pipeline_schedule;
+  int64_t pipeline_stages = 0;
+  double pipeline_bubble_fraction = 0;
+  std::vector<double> pipeline_rank_busy_s;
+  std::vector<double> pipeline_rank_memory_gib;
 };
 
 // Records and replays the step; with `other_mode`, also under the other collective mode.

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/step/pipeline_model.h"
 
 namespace titan {
 torch::ScalarType scalar_type(Dtype d) {
@@ -60,8 +61,11 @@ void check_tensor_parallel(const ModelArgs& a, int64_t tp, int64_t seq_len, bool
                        what, " (", value, ")", hint);
   };
   need(a.n_heads, "model.n_heads", "");
-  // kv heads are split, not replicated: a degree above n_kv_heads is refused.
-  need(a.n_kv_heads, "model.n_kv_heads", "");
+  // KV heads split over tp, or, with more tp ranks than KV heads, each replicated on
+  // tp / n_kv_heads ranks (those ranks' query heads all belong to that head's group).
+  TITAN_CONFIG_CHECK(a.n_kv_heads % tp == 0 || tp % a.n_kv_heads == 0, "parallelism.tensor_parallel_degree (", tp,
+                     ") must divide model.n_kv_heads (", a.n_kv_heads, ") or be a multiple of it (KV heads are then "
+                     "replicated)");
   need(a.ffn_dim, "model.ffn_dim", "");
   // The vocabulary is not padded silently (that would change the model): pad it yourself
   // with model.vocab_size, a size that tokenizers never emit past.
@@ -77,10 +81,11 @@ namespace {
 // with sequence parallel the norms and the residual stream hold a sequence shard.
 void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool loss_parallel, bool fused,
                            ParallelizedModel& out) {
-  auto shard = [&](WeightModule& m, int64_t dim) {
-    shard_weight(m, dim, tp);
+  auto shard = [&](WeightModule& m, int64_t dim, int64_t replicas = 1) {
+    shard_weight(m, dim, tp, replicas);
     out.tp_sharded.push_back(m.weight);
     out.tp_shard_dims.push_back(dim);
+    out.tp_shard_replicas.push_back(replicas);
   };
   auto col = [&](Linear& l) { shard(*l, 0); };
   auto row = [&](Linear& l) {
@@ -97,9 +102,12 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
     };
     if (sp) out.tp_partial_grads.push_back(n->weight);
   };
+  const int64_t n_kv = model->args.n_kv_heads;
+  const int64_t kv_replicas = tp.size() > n_kv ? tp.size() / n_kv : 1;
   for (auto& block : model->layers) {
     auto& attn = block->attention;
-    col(attn->wq), col(attn->wk), col(attn->wv), row(attn->wo);
+    col(attn->wq), row(attn->wo);
+    shard(*attn->wk, 0, kv_replicas), shard(*attn->wv, 0, kv_replicas);
     if (attn->q_norm) {
       out.tp_partial_grads.push_back(attn->q_norm->weight);
       out.tp_partial_grads.push_back(attn->k_norm->weight);
@@ -135,7 +143,7 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
 
 bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1; }
 
-ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg) {
+ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg, PipelineModel* pipeline) {
   ParallelizedModel out;
   const bool fused = cfg.training.fused_kernels;
   out.loss = [fused](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
@@ -146,6 +154,7 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   check_tensor_parallel(model->args, tp, cfg.training.seq_len, sp);
   // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
   if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, out);
+  if (pipeline) pipeline->apply(model, out);  // PP split after TP, before FSDP
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
   const AcMode ac = cfg.activation_checkpoint.mode;
@@ -162,16 +171,26 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     }
     o.param_dtype = scalar_type(cfg.training.mixed_precision_param);
     o.reduce_dtype = scalar_type(cfg.training.mixed_precision_reduce);
+    // Under PP every unit frees its parameters after forward and gathers them again for
+    // backward: the end-of-backward callback after each backward action frees what other
+    // micro-batches still need, so nothing may rely on staying gathered.
+    if (pipeline) o.reshard_after_forward = FsdpOptions::Reshard::kAlways;
+    const bool tied = !model->output;
+    const bool has_embedding = !pipeline || pipeline->holds("tok_embeddings.weight");
+    const bool has_head = !pipeline || pipeline->holds("norm.weight");
     std::vector<NamedModule> embedding;
-    if (model->output) embedding.push_back({"tok_embeddings", model->tok_embeddings.ptr()});
-    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding, block_modules(model),
-                                      head_modules(model));
+    if (!tied && has_embedding) embedding.push_back({"tok_embeddings", model->tok_embeddings.ptr()});
+    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding,
+                                      pipeline ? pipeline->block_modules(model) : block_modules(model),
+                                      has_head ? head_modules(model) : std::vector<NamedModule>{}, tied);
     model->forward_wrap = out.fsdp->root_wrapper();
-    if (!out.fsdp->tied()) {
-      wrap_outside(*model->tok_embeddings, out.fsdp->embedding_wrapper());
-      wrap_outside(*model->norm, out.fsdp->head_wrapper());
+    if (!tied) {
+      if (has_embedding) wrap_outside(*model->tok_embeddings, out.fsdp->embedding_wrapper());
+      if (has_head) wrap_outside(*model->norm, out.fsdp->head_wrapper());
     }
-    model->block_wrappers.insert(model->block_wrappers.begin(), out.fsdp->block_wrapper());
+    model->block_wrappers.insert(model->block_wrappers.begin(),
+                                 pipeline ? pipeline->local_block_wrapper(out.fsdp->block_wrapper())
+                                          : out.fsdp->block_wrapper());
   }
   return out;
 }

@@ -26,6 +26,9 @@ struct ParallelizedModel {
   std::vector<torch::Tensor> tp_partial_grads;
   std::vector<torch::Tensor> tp_sharded;
   std::vector<int64_t> tp_shard_dims;  // the dim each tp_sharded parameter is split on
+  // Ranks holding the same block of each tp_sharded parameter (1; > 1 for KV heads
+  // replicated when tp exceeds them): gradients are summed over them after backward.
+  std::vector<int64_t> tp_shard_replicas;
 };
 
 // "float32" | "bfloat16" | "float16" (the config's dtype names) as a torch dtype.
@@ -38,7 +41,11 @@ void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, b
 // (FSDP, HSDP or DDP).
 bool applies_fsdp(const DeviceMesh& mesh);
 
-ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg);
+class PipelineModel;
+// pipeline (may be null): this rank's pipeline stages; parameters of other stages are freed
+// after the TP plan and FSDP units cover only this rank's modules.
+ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg,
+                              PipelineModel* pipeline = nullptr);
 
 // The model's modules grouped as FSDP units: the head (final norm and output, or with tied
 // weights final norm and embedding) and one unit per block.

@@ -8,8 +8,6 @@
 namespace titan {
 
 std::vector<ParamLayout> param_layout(Trainer& t) {
-  TITAN_CONFIG_CHECK(t.dims().pp == 1, "checkpointing with pipeline parallelism is not implemented yet (",
-                     t.dims().to_string(), "); see docs/checkpoint_format.md");
   Communicator& tp = *t.mesh()["tp"];
   std::vector<ParamLayout> out;
   for (auto& p : t.optimizer().params()) {
@@ -25,13 +23,15 @@ std::vector<ParamLayout> param_layout(Trainer& t) {
     }
     l.global_shape = l.box_shape;
     l.box_offset.assign(l.box_shape.size(), 0);
-    // TP (applied before FSDP): this rank holds block tp.rank() of dim tp_dim.
+    // TP (applied before FSDP): this rank holds block tp.rank() / replicas of dim tp_dim
+    // (replicas > 1: KV heads held by several tp ranks).
     l.tp_dim = tp.size() > 1 ? t.tp_shard_dim(p.name) : -1;
+    const int64_t replicas = l.tp_dim >= 0 ? t.tp_shard_replicas(p.name) : tp.size();
     if (l.tp_dim >= 0) {
-      l.global_shape[l.tp_dim] *= tp.size();
-      l.box_offset[l.tp_dim] = tp.rank() * l.box_shape[l.tp_dim];
+      l.global_shape[l.tp_dim] *= tp.size() / replicas;
+      l.box_offset[l.tp_dim] = (tp.rank() / replicas) * l.box_shape[l.tp_dim];
     }
-    l.writes = l.tp_dim >= 0 || tp.rank() == 0;  // replicated over tp: tp rank 0's copy only
+    l.writes = tp.rank() % replicas == 0;  // one copy of what several tp ranks hold
     if (t.fsdp()) {
       l.flat_offset = shard.offset, l.length = shard.length;
     } else {
@@ -49,7 +49,7 @@ torch::Tensor full_parameter(Trainer& t, size_t i, const ParamLayout& l) {
   auto& p = t.optimizer().params()[i].param;
   torch::Tensor box = t.fsdp() ? gather_full_parameter(*t.mesh()["fsdp"], p, l.box_shape) : p.detach().clone();
   if (l.tp_dim < 0) return box;
-  return all_gather_along(box, l.tp_dim, *t.mesh()["tp"]).contiguous();
+  return gather_tp_blocks(box, l.tp_dim, t.tp_shard_replicas(l.name), *t.mesh()["tp"]);
 }
 
 void assign_from_full(Trainer& t, size_t i, const ParamLayout& l, const torch::Tensor& full) {

@@ -85,8 +85,8 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   torch::manual_seed(cfg_.training.seed);
   if (!world_) world_ = init_distributed(comm_options(cfg_));
   dims_ = parallel_dims(cfg_, world_->size());
-  TITAN_CONFIG_CHECK(dims_.pp == 1 && dims_.cp == 1, "pipeline and context parallelism are not implemented yet (",
-                     dims_.to_string(), "); use data parallel and tensor parallel degrees");
+  TITAN_CONFIG_CHECK(dims_.cp == 1, "context parallelism is not implemented yet (", dims_.to_string(),
+                     "); use data parallel, tensor parallel and pipeline parallel degrees");
   mesh_ = ParallelDims(dims_).build_mesh(world_);
 
   std::shared_ptr<const std::vector<int64_t>> tokens;
@@ -117,7 +117,8 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
-  parallel_ = parallelize(model_, *mesh_, cfg_);
+  if (dims_.pp > 1) pipeline_ = std::make_unique<PipelineModel>(cfg_, args_, *mesh_, fp32_masters, on_meta_);
+  parallel_ = parallelize(model_, *mesh_, cfg_, pipeline_.get());
 
   const int64_t dp = mesh_->size("dp");
   const int64_t local_bs = cfg_.training.local_batch_size;
@@ -130,21 +131,29 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
                                            mesh_->coordinate("dp"), dp);
   }
 
-  for (auto& p : model_->named_parameters()) params_.push_back({p.key(), p.value()});
+  for (auto& p : model_->named_parameters()) {
+    if (!pipeline_ || pipeline_->holds(p.key())) params_.push_back({p.key(), p.value()});  // PP: this rank's stages
+  }
   optimizer_ = std::make_unique<AdamW>(params_, cfg_.optimizer);
 }
 
 double Trainer::global_grad_sq_norm() {
-  // Parameters sharded over tp: their squares add over tp; replicated ones count once.
-  // Then FSDP shards add over the fsdp group; dp replicas hold equal copies.
-  double sharded = 0, all = 0;
-  for (auto& p : parallel_.tp_sharded) {
-    if (p.grad().defined()) sharded += squared_sum(p.grad());
+  // Parameters sharded over tp: their squares add over tp (a block held by several ranks
+  // counts once); replicated ones count once. Then FSDP shards add over the fsdp group; dp
+  // replicas hold equal copies; pipeline stages hold disjoint parameters.
+  double sharded = 0, sharded_here = 0, all = 0;
+  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
+    const auto& g = parallel_.tp_sharded[i].grad();
+    if (!g.defined()) continue;
+    const double sq = squared_sum(g);
+    sharded_here += sq;
+    sharded += sq / static_cast<double>(parallel_.tp_shard_replicas[i]);
   }
   all = optimizer_->grad_sq_norm();
-  const double replicated = all - sharded;
+  const double replicated = all - sharded_here;
   const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
-  return all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
+  const double over_fsdp = all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
+  return pipeline_ ? all_reduce_sum(*(*mesh_)["pp"], over_fsdp) : over_fsdp;
 }
 
 int64_t Trainer::tp_shard_dim(const std::string& name) const {
@@ -155,10 +164,29 @@ int64_t Trainer::tp_shard_dim(const std::string& name) const {
   return -1;
 }
 
+int64_t Trainer::tp_shard_replicas(const std::string& name) const {
+  const auto* impl = model_->named_parameters()[name].unsafeGetTensorImpl();
+  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
+    if (parallel_.tp_sharded[i].unsafeGetTensorImpl() == impl) return parallel_.tp_shard_replicas[i];
+  }
+  return 1;
+}
+
 std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
   const auto layout = param_layout(*this);
   std::map<std::string, torch::Tensor> out;
   for (size_t i = 0; i < layout.size(); ++i) out[layout[i].name] = full_parameter(*this, i, layout[i]);
+  if (!pipeline_) return out;
+  // Other stages' parameters: from the pipeline rank holding them (every rank, same order).
+  Transformer shapes(args_, 1, torch::TensorOptions().device(torch::kMeta));
+  for (auto& p : shapes->named_parameters()) {
+    auto it = out.find(p.key());
+    if (it == out.end()) {
+      const auto dtype = params_.empty() ? torch::kFloat32 : params_.front().param.scalar_type();
+      it = out.emplace(p.key(), torch::empty(p.value().sizes(), torch::TensorOptions().dtype(dtype))).first;
+    }
+    (*mesh_)["pp"]->broadcast(it->second, pipeline_->owner(p.key()))->wait();
+  }
   return out;
 }
 
@@ -169,7 +197,27 @@ int64_t Trainer::param_bytes() const {
 }
 
 int64_t Trainer::microbatches() const {
-  return global_batch_ / (cfg_.training.local_batch_size * mesh_->size("dp"));
+  const int64_t chunks = global_batch_ / (cfg_.training.local_batch_size * mesh_->size("dp"));
+  return pipeline_ ? chunks * pipeline_->microbatches() : chunks;
+}
+
+double Trainer::pipeline_step(const torch::Tensor& inputs, const torch::Tensor& labels, double normalizer,
+                              bool reduce) {
+  Fsdp* fsdp = parallel_.fsdp.get();
+  auto loss_fn = [&](const torch::Tensor& logits, const torch::Tensor& lab) {
+    return parallel_.loss(logits, lab, normalizer);
+  };
+  // Each backward action ends with FSDP's final callback; with sync off it only accumulates.
+  // REDUCE_GRAD then reduces what every micro-batch accumulated, once.
+  if (fsdp) fsdp->set_requires_gradient_sync(false);
+  auto reduce_grad = [fsdp, reduce] {
+    if (!fsdp || !reduce) return;
+    fsdp->set_requires_gradient_sync(true);
+    fsdp->finish_backward();
+  };
+  torch::Tensor loss = pipeline_->run(model_, inputs, labels, loss_fn, fsdp ? fsdp->root_wrapper() : WrapFn(),
+                                      reduce_grad);
+  return loss.defined() && !on_meta_ ? loss.item<double>() : 0.0;
 }
 
 Batch Trainer::next_batch() {
@@ -190,6 +238,10 @@ Trainer::StepResult Trainer::train_step() {
   for (int64_t m = 0; m < micro; ++m) {
     auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
     auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
+    if (pipeline_) {
+      r.loss += pipeline_step(in, lab, normalizer, !cfg_.parallelism.fsdp_defer_gradient_sync || m + 1 == micro);
+      continue;
+    }
     // FSDP reduces gradients at the end of each backward (its final callback); deferred,
     // only the last micro-batch's backward reduces what all of them accumulated.
     if (parallel_.fsdp) {
@@ -205,7 +257,17 @@ Trainer::StepResult Trainer::train_step() {
     for (auto& p : parallel_.tp_partial_grads) grads.push_back(p.grad());
     tp.all_reduce(grads, ReduceOp::kSum)->wait();
   }
-  // Tensor-parallel peers see the same tokens, so the loss is summed over dp only.
+  std::vector<torch::Tensor> replicated_blocks;  // KV heads replicated over tp
+  int64_t replicas = 1;
+  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
+    if (parallel_.tp_shard_replicas[i] == 1 || !parallel_.tp_sharded[i].grad().defined()) continue;
+    replicas = parallel_.tp_shard_replicas[i];
+    replicated_blocks.push_back(parallel_.tp_sharded[i].mutable_grad());
+  }
+  sum_over_replicas(replicated_blocks, replicas, tp);
+  // Tensor-parallel peers see the same tokens, so the loss is summed over dp only (and over
+  // pp, where only the last stage has it).
+  if (pipeline_) r.loss = all_reduce_sum(*(*mesh_)["pp"], r.loss);
   r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
   r.grad_norm = std::sqrt(global_grad_sq_norm());
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);

@@ -17,6 +17,7 @@
 #include "trainer/model/model.h"
 #include "trainer/components/optimizer.h"
 #include "trainer/step/parallelize.h"
+#include "trainer/step/pipeline_model.h"
 #include "trainer/data/tokenizer.h"
 
 namespace titan {
@@ -57,6 +58,8 @@ class Trainer {
   std::map<std::string, torch::Tensor> gather_full_parameters();
   // The dim a parameter is split on over tp, or -1 when it is replicated over tp.
   int64_t tp_shard_dim(const std::string& name) const;
+  // How many tp ranks hold the same block of it (> 1: KV heads replicated over tp).
+  int64_t tp_shard_replicas(const std::string& name) const;
 
   // Memory of this rank, for metrics: parameters (shards), gradients, optimizer state.
   int64_t param_bytes() const;
@@ -74,6 +77,7 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   DataLoader& loader() { return *loader_; }
   Fsdp* fsdp() { return parallel_.fsdp.get(); }
+  PipelineModel* pipeline() { return pipeline_.get(); }  // null without pipeline parallelism
   int64_t step() const { return step_; }  // optimizer steps taken
   int64_t skipped_steps() const { return skipped_steps_; }  // of those, skipped as non-finite
   void set_step(int64_t s) { step_ = s; }
@@ -87,6 +91,7 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelArgs args_;
   Transformer model_{nullptr};
+  std::unique_ptr<PipelineModel> pipeline_;
   ParallelizedModel parallel_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<AdamW> optimizer_;
@@ -94,6 +99,11 @@ class Trainer {
   double global_grad_sq_norm();
   bool skip_nonfinite(StepResult& r);
   void check_finite_parameters() const;
+  // Forward and backward of one local batch through this rank's pipeline stages; returns the
+  // loss sum this rank saw (the last stage's, 0 elsewhere). reduce: FSDP reduces the
+  // gradients accumulated so far at REDUCE_GRAD (the step's last batch, or every batch
+  // without deferred gradient sync).
+  double pipeline_step(const torch::Tensor& inputs, const torch::Tensor& labels, double normalizer, bool reduce);
   Batch next_batch();
 
   int64_t global_batch_ = 0;

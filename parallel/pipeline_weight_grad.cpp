@@ -1,0 +1,76 @@
+#include "parallel/pipeline_weight_grad.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "common/error.h"
+
+namespace titan {
+namespace {
+
+torch::Tensor weight_grad(const torch::Tensor& input, const torch::Tensor& grad_output) {
+  auto x = input.reshape({-1, input.size(-1)});
+  auto dy = grad_output.reshape({-1, grad_output.size(-1)});
+  return torch::matmul(dy.t(), x);
+}
+
+struct DeferredLinear : public torch::autograd::Function<DeferredLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, int64_t store) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["store"] = store;
+    return torch::matmul(x, weight.t());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& w = saved[1];
+    auto* store = reinterpret_cast<WeightGradStore*>(ctx->saved_data["store"].toInt());
+    const torch::Tensor& dy = grads[0];
+    torch::Tensor dx = torch::matmul(dy, w);
+    if (store && store->collecting()) {
+      store->defer(w, x, dy);
+      return {dx, torch::Tensor(), torch::Tensor()};
+    }
+    return {dx, weight_grad(x, dy), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void WeightGradStore::begin(int stage, int microbatch) {
+  TITAN_CHECK(!collecting_, "WeightGradStore: begin inside another I action");
+  collecting_ = true;
+  key_ = {stage, microbatch};
+}
+
+void WeightGradStore::end() { collecting_ = false; }
+
+void WeightGradStore::defer(const torch::Tensor& weight, const torch::Tensor& input, const torch::Tensor& grad_output) {
+  TITAN_CHECK(collecting_, "WeightGradStore: defer outside an I action");
+  entries_[key_].push_back({weight, input, grad_output});
+}
+
+void WeightGradStore::flush(int stage, int microbatch) {
+  auto it = entries_.find({stage, microbatch});
+  if (it == entries_.end()) return;  // a stage without linear layers (embedding only) defers nothing
+  std::vector<torch::Tensor> weights, grads;
+  for (const Entry& e : it->second) {
+    weights.push_back(e.weight);
+    grads.push_back(weight_grad(e.input, e.grad_output));
+  }
+  entries_.erase(it);
+  torch::autograd::backward(weights, grads);
+}
+
+size_t WeightGradStore::pending() const {
+  size_t n = 0;
+  for (const auto& [k, v] : entries_) n += v.size();
+  return n;
+}
+
+torch::Tensor deferred_linear(const torch::Tensor& x, const torch::Tensor& weight, WeightGradStore* store) {
+  return DeferredLinear::apply(x, weight, reinterpret_cast<int64_t>(store));
+}
+
+}  // namespace titan

@@ -1,0 +1,90 @@
+// Pipeline-parallel simulation (trainer/simulate/simulate_pipeline.h): every pipeline rank's
+// step recorded and replayed in the schedule's order; bubbles and in-flight memory come out
+// of the replay, so GPipe, 1F1B, interleaved and zero-bubble schedules differ as measured.
+#include <gtest/gtest.h>
+
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan {
+namespace {
+
+// A small Qwen3 (8 layers, 2 per stage: the embedding and output not counted as layers) on 16
+// simulated chips: pp 4 x dp_shard 4, 8 micro-batches.
+JobConfig pp_config(const std::string& schedule, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_8b.toml",
+                                   "--job.dump_folder", "/tmp/titan_simulate_pipeline_test",
+                                   "--model.n_layers", "8", "--model.dim", "1024", "--model.ffn_dim", "3072",
+                                   "--model.n_heads", "8", "--model.n_kv_heads", "4", "--model.head_dim", "128",
+                                   "--model.vocab_size", "4096", "--training.seq_len", "1024",
+                                   "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
+                                   "--parallelism.pipeline_parallel_last_stage_less_layers", "0",
+                                   "--training.local_batch_size", "8", "--training.global_batch_size", "32",
+                                   "--simulation.num_chips", "16", "--simulation.device", "tpu-v5p",
+                                   "--activation_checkpoint.mode", "none",
+                                   "--parallelism.pipeline_parallel_degree", "4",
+                                   "--parallelism.data_parallel_shard_degree", "4",
+                                   "--parallelism.pipeline_parallel_schedule", schedule};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return load_job_config(args);
+}
+
+TEST(SimulatePipeline, EveryStageRecordedWithSendsAndReceives) {
+  RecordedStep rec = record_step(pp_config("1F1B"));
+  ASSERT_TRUE(rec.pipeline);
+  const RecordedPipeline& p = *rec.pipeline;
+  ASSERT_EQ(p.ranks.size(), 4u);
+  EXPECT_EQ(p.schedule.num_microbatches, 8);
+  for (size_t q = 0; q < 4; ++q) {
+    int sends = 0, recvs = 0, actions = 0;
+    for (const auto& seg : p.ranks[q]) {
+      actions += seg.is_action;
+      if (seg.is_action && seg.action.p2p()) EXPECT_GT(seg.p2p_bytes, 0) << seg.action.to_string();
+    }
+    for (const auto& c : p.calls[q]) {
+      if (c.type != SimCollectiveEvent::Type::kCall || c.group != "pp") continue;
+      sends += c.op == "send";
+      recvs += c.op == "recv";
+    }
+    // Activations forward and gradients back: 8 each way per neighbour.
+    const int neighbours = (q == 0 || q == 3) ? 1 : 2;
+    EXPECT_EQ(sends, 8 * neighbours) << q;
+    EXPECT_EQ(recvs, 8 * neighbours) << q;
+    EXPECT_EQ(actions, static_cast<int>(p.schedule.ranks[q].size())) << q;
+  }
+}
+
+TEST(SimulatePipeline, BubblesAndMemoryFollowTheSchedule) {
+  SimulationResult gpipe = simulate(pp_config("GPipe"), false);
+  SimulationResult one = simulate(pp_config("1F1B"), false);
+  SimulationResult inter = simulate(pp_config("Interleaved1F1B"), false);
+  SimulationResult izb = simulate(pp_config("InterleavedZeroBubble"), false);
+  for (const auto* r : {&gpipe, &one, &inter, &izb}) {
+    EXPECT_GT(r->report.step_time_s, 0);
+    EXPECT_GT(r->pipeline_bubble_fraction, 0);
+    EXPECT_LT(r->pipeline_bubble_fraction, 1);
+    EXPECT_EQ(r->pipeline_rank_busy_s.size(), 4u);
+    EXPECT_EQ(r->pipeline_rank_memory_gib.size(), 4u);
+  }
+  // Same work, same fill and drain: GPipe and 1F1B bubbles agree (the closed form
+  // (p-1)/(m+p-1) = 3/11 holds for balanced stages and free transfers, tested on the replay in
+  // tests/parallel/pipeline_schedule_test.cpp; here the last stage also runs the output).
+  EXPECT_NEAR(gpipe.pipeline_bubble_fraction, one.pipeline_bubble_fraction, 0.02);
+  // Two stages per rank shrink the fill and drain. (The zero-bubble split is measured, not
+  // asserted: its extra weight-gradient kernels and dispatch can cost more than it fills.)
+  EXPECT_LT(inter.pipeline_bubble_fraction, one.pipeline_bubble_fraction);
+  EXPECT_GT(izb.report.step_time_s, 0);
+  // GPipe keeps all 8 micro-batches' activations on the first rank, 1F1B at most 4.
+  EXPECT_GT(gpipe.pipeline_rank_memory_gib[0], one.pipeline_rank_memory_gib[0]);
+  EXPECT_GT(one.pipeline_rank_memory_gib[0], one.pipeline_rank_memory_gib[2]);
+}
+
+TEST(SimulatePipeline, SeparateSendsCostMoreThanFused) {
+  JobConfig f = pp_config("1F1B");
+  JobConfig s = f;
+  s.comm.collective_mode = CollectiveMode::kSeparate;
+  EXPECT_LT(simulate(f, false).report.step_time_s, simulate(s, false).report.step_time_s);
+}
+
+}  // namespace
+}  // namespace titan

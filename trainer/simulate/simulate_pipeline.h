@@ -1,0 +1,60 @@
+// Pipeline-parallel simulation: one representative rank per pipeline rank (pp coordinate,
+// every other coordinate 0) records the trainer's own step on the meta device, its trace cut
+// at every schedule action; each action is costed on the device model, and the actions of
+// all pipeline ranks are replayed together in the schedule's order with send / recv costs
+// over the placed topology (devices/pipeline_replay.h). Bubbles, stage imbalance and transfer
+// costs thus come out of the replay. Used by trainer/simulate/simulate.cpp and its tests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "collectives/sim_backend.h"
+#include "devices/pipeline_replay.h"
+#include "devices/placement.h"
+#include "devices/step_simulator.h"
+#include "parallel/pipeline_schedule.h"
+#include "trainer/config/job_config.h"
+
+namespace titan {
+
+// A piece of one rank's recorded step: one schedule action of one schedule run (a local
+// batch), or the code around the schedule (batch, gradient reduction, optimizer).
+struct PipelineSegment {
+  bool is_action = false;
+  PipeAction action;
+  int run = 0;  // which schedule run of the step (gradient accumulation)
+  devices::Trace trace;
+  int64_t p2p_bytes = 0;  // sends / receives: the message size
+};
+
+struct RecordedPipeline {
+  PipeSchedule schedule;
+  int64_t runs = 1;                                   // schedule runs per step
+  std::vector<std::vector<PipelineSegment>> ranks;    // per pipeline rank, program order
+  std::vector<std::vector<SimCollectiveEvent>> calls;  // per pipeline rank: every call
+  std::vector<int64_t> local_params;                  // per pipeline rank: elements stored
+  // Per pipeline rank: the most transformer layers whose activations are live at once,
+  // summed over the micro-batches in flight on its stages (the schedule's order).
+  std::vector<int64_t> peak_live_layers;
+  std::vector<bool> holds_output;                     // per pipeline rank: the last stage
+  int64_t param_elem_bytes = 4;
+};
+
+// Records every pipeline rank's step (sim World of `chips` ranks). fuse_attention: the
+// chip's ChipSpec::fused_attention.
+RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_attention);
+
+struct PipelineReplayReport {
+  devices::StepReport report;           // step time = the replay's makespan; per-chip figures
+                                        // are the first pipeline rank's, its waits as bubble
+  std::vector<double> rank_busy_s;      // per pipeline rank: time in its own segments
+  double bubble_fraction = 0;           // over every pipeline rank (devices/pipeline_replay.h)
+};
+
+// fused collective mode: sends and receives asynchronous on the pp stream; separate:
+// blocking, each with the separate-mode launch cost.
+PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const devices::Placement& placement,
+                                          const devices::ChipSpec& chip, const devices::SimulationOptions& options);
+
+}  // namespace titan

@@ -1,0 +1,174 @@
+#include "trainer/step/pipeline_model.h"
+
+#include <iostream>
+#include <set>
+
+#include "common/error.h"
+#include "trainer/step/parallelize.h"
+
+namespace titan {
+namespace {
+
+// "layers.7.attention.wq.weight" -> 7; -1 for the embedding, norm and output.
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  return std::stoll(name.substr(7, name.find('.', 7) - 7));
+}
+
+}  // namespace
+
+PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta) {
+  const auto& p = cfg.parallelism;
+  const int64_t pp = mesh.size("pp");
+  TITAN_CONFIG_CHECK(!args.tie_embeddings, "pipeline parallelism with tied embeddings (model.tie_embeddings): the "
+                     "embedding and the output live on different stages; untie them (--model.tie_embeddings false)");
+  microbatch_size_ = p.pipeline_parallel_microbatch_size;
+  const int64_t local_bs = cfg.training.local_batch_size;
+  TITAN_CONFIG_CHECK(local_bs % microbatch_size_ == 0, "training.local_batch_size (", local_bs,
+                     ") must be a multiple of parallelism.pipeline_parallel_microbatch_size (", microbatch_size_, ")");
+  const int m = static_cast<int>(local_bs / microbatch_size_);
+  rank_ = static_cast<int>(mesh.coordinate("pp"));
+  PipelineSplitOptions o;
+  o.degree = pp;
+  o.layers_per_stage = p.pipeline_parallel_layers_per_stage;
+  o.first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers;
+  o.last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers;
+  if (!p.pipeline_parallel_schedule_csv.empty()) {
+    schedule_ = load_pipeline_schedule_csv(p.pipeline_parallel_schedule_csv, static_cast<int>(pp), m);
+    stages_ = split_stages(args.n_layers, schedule_.num_stages, o);
+  } else {
+    const std::string name = to_string(p.pipeline_parallel_schedule);
+    o.single_stage_schedule = single_stage_schedule(name);
+    const int64_t num_stages = pipeline_num_stages(args.n_layers, o);
+    stages_ = split_stages(args.n_layers, num_stages, o);
+    schedule_ = make_pipeline_schedule(name, static_cast<int>(pp), static_cast<int>(num_stages), m, fsdp);
+  }
+  local_stages_ = schedule_.stages_of(rank_);
+  const int64_t tp = mesh.size("tp");
+  const bool sp = tp > 1 && p.enable_sequence_parallel;
+  seq_local_ = sp ? cfg.training.seq_len / tp : cfg.training.seq_len;
+  dim_ = args.dim;
+  activation_options_ = torch::TensorOptions().dtype(scalar_type(cfg.training.mixed_precision_param));
+  if (on_meta) activation_options_ = activation_options_.device(torch::kMeta);
+  if (p.pipeline_parallel_print_schedule && mesh.world()->rank() == 0) {
+    std::cout << format_pipeline_schedule(schedule_);
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      std::cout << "stage " << s << " (rank " << schedule_.stage_rank[s] << "): layers [" << stages_[s].begin << ", "
+                << stages_[s].end << ")" << (stages_[s].embedding ? " + embedding" : "")
+                << (stages_[s].output ? " + norm, output" : "") << "\n";
+    }
+    std::cout << std::flush;
+  }
+  runtime_ = std::make_unique<PipelineRuntime>(schedule_, rank_, mesh["pp"], &store_);
+}
+
+PipelineModel::~PipelineModel() = default;
+
+bool PipelineModel::holds_layer(int64_t layer) const {
+  for (int s : local_stages_)
+    if (layer >= stages_[s].begin && layer < stages_[s].end) return true;
+  return false;
+}
+
+int PipelineModel::owner(const std::string& name) const {
+  const int64_t layer = layer_of(name);
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const StageLayers& st = stages_[s];
+    const bool here = layer >= 0 ? layer >= st.begin && layer < st.end
+                                 : (name.rfind("tok_embeddings.", 0) == 0 ? st.embedding : st.output);
+    if (here) return schedule_.stage_rank[s];
+  }
+  TITAN_FAIL("pipeline: no stage holds parameter ", name);
+}
+
+bool PipelineModel::holds(const std::string& name) const { return owner(name) == rank_; }
+
+void PipelineModel::apply(Transformer& model, ParallelizedModel& plan) {
+  torch::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> freed;
+  for (auto& item : model->named_parameters()) {
+    if (holds(item.key())) continue;
+    item.value().set_data(torch::empty({0}, item.value().options()));
+    freed.insert(item.value().unsafeGetTensorImpl());
+  }
+  auto kept = [&](const torch::Tensor& t) { return !freed.count(t.unsafeGetTensorImpl()); };
+  std::vector<torch::Tensor> partial, sharded;
+  std::vector<int64_t> dims, replicas;
+  for (auto& t : plan.tp_partial_grads)
+    if (kept(t)) partial.push_back(t);
+  for (size_t i = 0; i < plan.tp_sharded.size(); ++i) {
+    if (!kept(plan.tp_sharded[i])) continue;
+    sharded.push_back(plan.tp_sharded[i]);
+    dims.push_back(plan.tp_shard_dims[i]);
+    replicas.push_back(plan.tp_shard_replicas[i]);
+  }
+  plan.tp_partial_grads = partial, plan.tp_sharded = sharded;
+  plan.tp_shard_dims = dims, plan.tp_shard_replicas = replicas;
+  if (!schedule_.split_backward()) return;
+  // Zero-bubble: the same product y = x W^T, with a backward whose weight half waits for W.
+  auto defer = [this](Linear& l) {
+    LinearImpl* raw = l.get();
+    WeightGradStore* store = &store_;
+    ForwardFn product = [raw, store](const torch::Tensor& x) { return deferred_linear(x, raw->weight, store); };
+    WrapFn outer = raw->wrap;  // a TP wrap keeps its collectives around the product
+    raw->wrap = [outer, product](const torch::Tensor& x, const ForwardFn&) {
+      return outer ? outer(x, product) : product(x);
+    };
+  };
+  for (int64_t i = 0; i < static_cast<int64_t>(model->layers.size()); ++i) {
+    if (!holds_layer(i)) continue;
+    auto& attn = model->layers[i]->attention;
+    auto& ff = model->layers[i]->feed_forward;
+    for (Linear* l : {&attn->wq, &attn->wk, &attn->wv, &attn->wo, &ff->w1, &ff->w2, &ff->w3}) defer(*l);
+  }
+  if (model->output && holds("output.weight")) defer(model->output);
+}
+
+std::vector<std::vector<NamedModule>> PipelineModel::block_modules(Transformer& model) const {
+  auto all = titan::block_modules(model);
+  std::vector<std::vector<NamedModule>> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (holds_layer(static_cast<int64_t>(i))) out.push_back(all[i]);
+  return out;
+}
+
+BlockWrapFn PipelineModel::local_block_wrapper(BlockWrapFn by_local_index) const {
+  std::vector<int64_t> local(static_cast<size_t>(stages_.back().end), -1);
+  int64_t next = 0;
+  for (size_t i = 0; i < local.size(); ++i)
+    if (holds_layer(static_cast<int64_t>(i))) local[i] = next++;
+  return [local, inner = std::move(by_local_index)](int64_t layer, const torch::Tensor& x, const ForwardFn& fn) {
+    return inner(local[layer], x, fn);
+  };
+}
+
+torch::Tensor PipelineModel::run(Transformer& model, const torch::Tensor& inputs, const torch::Tensor& labels,
+                                 const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
+                                 const WrapFn& root_wrap, const std::function<void()>& reduce_grad) {
+  const int64_t mbs = microbatch_size_;
+  TITAN_CHECK(inputs.size(0) == mbs * microbatches(), "pipeline: a batch of ", inputs.size(0), " rows for ",
+              microbatches(), " micro-batches of ", mbs);
+  size_t reduced = 0;
+  PipelineStageFns fns;
+  fns.first_input = [&](int k) { return inputs.narrow(0, k * mbs, mbs); };
+  fns.activation_buffer = [&](int) { return torch::empty({mbs, seq_local_, dim_}, activation_options_); };
+  fns.forward = [&](int s, int k, const torch::Tensor& in) {
+    const StageLayers& st = stages_[s];
+    ForwardFn body = [&](const torch::Tensor& x) {
+      torch::Tensor h = st.embedding ? model->tok_embeddings(x) : x;
+      h = model->run_layers(h, st.begin, st.end);
+      return st.output ? model->head(model->norm(h)) : h;
+    };
+    torch::Tensor out = root_wrap && st.output ? root_wrap(in, body) : body(in);
+    return st.output ? loss_fn(out, labels.narrow(0, k * mbs, mbs)) : out;
+  };
+  fns.reduce_grad = [&](int) {
+    if (++reduced == local_stages_.size() && reduce_grad) reduce_grad();
+  };
+  fns.observer = observer;
+  torch::Tensor loss = runtime_->run(fns);
+  if (reduced < local_stages_.size() && reduce_grad) reduce_grad();  // a CSV without REDUCE_GRAD
+  return loss;
+}
+
+}  // namespace titan

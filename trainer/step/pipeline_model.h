@@ -1,0 +1,75 @@
+// PipelineModel: pipeline parallelism applied to the Trainer's model from outside. Splits the
+// layers into stages (parallel/pipeline_stages.h), builds the schedule (by name, or from a
+// CSV), knows which stages and parameters this rank holds, frees the others, and runs a
+// batch of micro-batches through parallel/pipeline_runtime.h with this rank's stages as
+// slices of the model (embedding on the first, norm and output on the last). Used by the
+// Trainer (train_step, parameter gathering) and by parallelize() (FSDP units per rank).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/device_mesh.h"
+#include "parallel/fsdp.h"
+#include "parallel/pipeline_runtime.h"
+#include "parallel/pipeline_stages.h"
+#include "trainer/config/job_config.h"
+#include "trainer/model/model.h"
+
+namespace titan {
+
+struct ParallelizedModel;
+
+class PipelineModel {
+ public:
+  // Every rank builds the same plan. fsdp: FSDP units will shard this rank's parameters
+  // (the schedule then carries REDUCE_GRAD). Config errors for an unknown schedule, layers
+  // that cannot be split, a micro-batch size that does not divide the local batch, too few
+  // micro-batches for the schedule, tied embeddings.
+  PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta);
+  ~PipelineModel();
+
+  const PipeSchedule& schedule() const { return schedule_; }
+  int64_t microbatches() const { return schedule_.num_microbatches; }  // per schedule run
+  const std::vector<int>& local_stages() const { return local_stages_; }
+  const StageLayers& stage(int s) const { return stages_[s]; }
+  bool holds_layer(int64_t layer) const;
+  bool holds(const std::string& param_name) const;
+  // The pipeline rank (pp coordinate) holding a parameter.
+  int owner(const std::string& param_name) const;
+
+  // After the TP plan, before FSDP: frees the parameters of other ranks' stages (their
+  // modules never run here) and drops them from the TP lists; under a split-backward
+  // schedule, routes this rank's linear layers through deferred_linear.
+  void apply(Transformer& model, ParallelizedModel& plan);
+  // FSDP block units of this rank (its blocks in order), and the FSDP block wrapper indexed
+  // by that order.
+  std::vector<std::vector<NamedModule>> block_modules(Transformer& model) const;
+  BlockWrapFn local_block_wrapper(BlockWrapFn by_local_index) const;
+
+  // Forward and backward of one batch (local_batch_size rows) through the schedule; returns
+  // the last stage's loss sum (undefined on other ranks). loss_fn maps (logits, labels) to
+  // the normalized loss; root_wrap (may be empty) wraps the last stage's forward (FSDP's
+  // root wrapper, which frees the head after forward); reduce_grad runs once this rank's
+  // stages have all reached REDUCE_GRAD (or at the end when the schedule has none).
+  torch::Tensor run(Transformer& model, const torch::Tensor& inputs, const torch::Tensor& labels,
+                    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
+                    const WrapFn& root_wrap, const std::function<void()>& reduce_grad);
+
+  // Simulation: sees each action begin and end.
+  std::function<void(const PipeAction&, bool begin)> observer;
+
+ private:
+  int64_t microbatch_size_ = 1, seq_local_ = 0, dim_ = 0;
+  torch::TensorOptions activation_options_;
+  std::vector<StageLayers> stages_;
+  PipeSchedule schedule_;
+  std::vector<int> local_stages_;
+  int rank_ = 0;
+  WeightGradStore store_;
+  std::unique_ptr<PipelineRuntime> runtime_;
+};
+
+}  // namespace titan
