@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   for (const auto& b : args.backends) {
     titan::CommOptions o;
     o.backend = b;
-    o.collective_mode = "separate";
+    o.collective_mode = titan::CollectiveMode::kSeparate;
     worlds[b] = titan::init_distributed(o);
   }
   if (rank == 0) {
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   for (const auto& b : args.backends) {
     titan::CommOptions o;
     o.backend = b;
-    o.collective_mode = "fused";
+    o.collective_mode = titan::CollectiveMode::kFused;
     auto fused = titan::init_distributed(o);
     auto sep = worlds[b]->comm();
     auto fus = fused->comm();

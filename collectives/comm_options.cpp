@@ -5,9 +5,6 @@
 namespace titan {
 
 void validate(const CommOptions& o) {
-  TITAN_CONFIG_CHECK(o.collective_mode == "fused" || o.collective_mode == "separate",
-                     "comm.collective_mode: expected \"fused\" or \"separate\", got \"",
-                     o.collective_mode, "\"");
   TITAN_CONFIG_CHECK(o.bucket_cap_mb > 0, "comm.bucket_cap_mb: expected > 0, got ",
                      o.bucket_cap_mb);
   TITAN_CONFIG_CHECK(o.init_timeout_seconds > 0, "comm.init_timeout_seconds: expected > 0, got ",
@@ -16,7 +13,7 @@ void validate(const CommOptions& o) {
                      "comm.train_timeout_seconds: expected > 0, got ", o.train_timeout_seconds);
 }
 
-bool is_fused(const CommOptions& o) { return o.collective_mode == "fused"; }
+bool is_fused(const CommOptions& o) { return o.collective_mode == CollectiveMode::kFused; }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {

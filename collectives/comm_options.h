@@ -4,14 +4,18 @@
 
 #include <string>
 
+#include "common/collective_mode.h"
+
 namespace titan {
 
 struct CommOptions {
-  // "mpi" (default, Open MPI), "gloo" (gloo library over TCP), later "sim" (records only).
+  // Key into the backend registry (collectives/backend.h): "mpi" (Open MPI), "gloo" (gloo
+  // library over TCP), "sim" (records only). A name, not an enum: backends register
+  // themselves, and the trainer's config has already checked its choice.
   std::string backend = "mpi";
-  // "fused": list ops are coalesced into flat buckets and run asynchronously on a progress
-  // thread. "separate": one blocking collective per tensor on the calling thread.
-  std::string collective_mode = "fused";
+  // kFused: list ops are coalesced into flat buckets and run asynchronously on a progress
+  // thread. kSeparate: one blocking collective per tensor on the calling thread.
+  CollectiveMode collective_mode = CollectiveMode::kFused;
   // Largest flat bucket the fused mode builds (a single larger tensor gets its own bucket).
   double bucket_cap_mb = 25;
   // Time allowed to set up the job and each new group (gloo rendezvous, group creation).

@@ -40,6 +40,21 @@ std::string flavor_list(const std::map<std::string, Dims>& f) {
 
 }  // namespace
 
+void ModelShape::override_with(const ModelShape& over) {
+  auto take = [](auto& field, auto v) {
+    if (v > 0) field = v;
+  };
+  take(dim, over.dim);
+  take(n_layers, over.n_layers);
+  take(n_heads, over.n_heads);
+  take(n_kv_heads, over.n_kv_heads);
+  take(head_dim, over.head_dim);
+  take(ffn_dim, over.ffn_dim);
+  take(vocab_size, over.vocab_size);
+  take(rope_theta, over.rope_theta);
+  take(norm_eps, over.norm_eps);
+}
+
 int64_t ModelArgs::layer_params() const {
   const int64_t q = n_heads * head_dim, kv = n_kv_heads * head_dim;
   const int64_t attn = dim * q + 2 * dim * kv + q * dim + (qk_norm ? 2 * head_dim : 0);

@@ -8,9 +8,10 @@
 
 namespace titan {
 
-struct ModelArgs {
-  std::string name = "qwen3";
-  std::string flavor = "debugmodel";
+// The sizes of a model that a config may set. In a config section 0 means "the flavor's";
+// the trainer's [model] section is a ModelShape plus its choices, so the field list is here
+// once.
+struct ModelShape {
   int64_t dim = 0;
   int64_t n_layers = 0;
   int64_t n_heads = 0;
@@ -18,10 +19,22 @@ struct ModelArgs {
   int64_t head_dim = 0;
   int64_t ffn_dim = 0;
   int64_t vocab_size = 0;  // 0 until resolved against the tokenizer (debugmodel)
+  double rope_theta = 0;
+  double norm_eps = 0;
+
+  // Every field of `over` that is > 0 replaces this shape's.
+  void override_with(const ModelShape& over);
+};
+
+struct ModelArgs : ModelShape {
+  ModelArgs() {
+    rope_theta = 1e6;
+    norm_eps = 1e-6;
+  }
+  std::string name = "qwen3";
+  std::string flavor = "debugmodel";
   bool tie_embeddings = false;
   bool qk_norm = true;
-  double rope_theta = 1e6;
-  double norm_eps = 1e-6;
 
   // Parameter counts, exact for these shapes: one block, and the whole model (embedding,
   // blocks, final norm, and the output projection unless tied).

@@ -6,16 +6,6 @@
 
 namespace titan::devices {
 
-const char* collective_mode_name(CollectiveMode m) {
-  return m == CollectiveMode::kFused ? "fused" : "separate";
-}
-
-CollectiveMode parse_collective_mode(const std::string& s) {
-  if (s == "fused") return CollectiveMode::kFused;
-  if (s == "separate") return CollectiveMode::kSeparate;
-  TITAN_CONFIG_FAIL("unknown collective_mode '", s, "' (valid: fused separate)");
-}
-
 double separate_launch_s(const ChipSpec& chip) {
   if (chip.name == "cpu") return chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
   return chip.separate_collective_launch_s;  // [dispatch] of the chip file
@@ -122,6 +112,7 @@ class Replay {
     r.collectives = collectives_;
     r.streams = s.streams;
     for (const auto& c : s.categories) r.costs.push_back({c.first, c.second});
+    if (options_.keep_events) r.events = timeline_.events();
     if (s.idle_s > 0) {
       // Device idle with nothing in flight: the host could not dispatch fast enough.
       CostItem idle{"host dispatch (device idle)", s.idle_s};

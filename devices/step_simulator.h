@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/collective_mode.h"
 #include "devices/collective_cost.h"
 #include "devices/compute_cost.h"
 #include "devices/placement.h"
@@ -15,12 +16,9 @@
 
 namespace titan::devices {
 
-enum class CollectiveMode {
-  kFused,     // issued asynchronously once inputs are ready, overlapped, adjacent ones coalesced
-  kSeparate,  // each collective its own unit: waits for prior work, fixed launch, runs alone
-};
-const char* collective_mode_name(CollectiveMode mode);  // "fused" | "separate"
-CollectiveMode parse_collective_mode(const std::string& s);
+// Fused: issued asynchronously once inputs are ready, overlapped, adjacent ones coalesced.
+// Separate: each collective its own unit: waits for prior work, fixed launch, runs alone.
+using ::titan::CollectiveMode;
 
 struct CollectiveDesc {
   CollectiveKind kind = CollectiveKind::kAllReduce;
@@ -70,6 +68,7 @@ struct SimulationOptions {
   // Fixed cost of a collective run as its own unit (separate mode); < 0: the chip's
   // (separate_launch_s).
   double separate_launch_s = -1;
+  bool keep_events = false;  // StepReport::events: every task's timing (timeline traces)
 };
 
 // Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:
@@ -95,6 +94,7 @@ struct StepReport {
   int64_t ops = 0, kernels = 0, collectives = 0;  // collectives after coalescing
   std::vector<StreamBusy> streams;
   std::vector<CostItem> costs;          // busy time per category, largest first
+  std::vector<TimelineEvent> events;    // every task as it ran, with options.keep_events
 };
 
 // Replays `trace` on the device: ops are lowered to kernels per execution mode (fusion never

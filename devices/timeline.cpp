@@ -123,6 +123,17 @@ const TaskTiming& Timeline::timing(int64_t id) const {
   return timings_[static_cast<size_t>(id)];
 }
 
+std::vector<TimelineEvent> Timeline::events() const {
+  if (dirty_) run();
+  std::vector<TimelineEvent> out;
+  out.reserve(tasks_.size());
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const Stream& st = streams_[static_cast<size_t>(tasks_[i].stream)];
+    out.push_back({st.name, st.kind, tasks_[i].category, timings_[i].start_s, timings_[i].end_s});
+  }
+  return out;
+}
+
 // Event-driven pass. At most one task runs per stream; between events every running task
 // progresses at a constant rate: compute at 1 (or rate_under_comm while a communication
 // task runs), a collective's fixed part (launch, latency) at 1, its shared part at its

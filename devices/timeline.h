@@ -36,6 +36,14 @@ struct TaskTiming {
   double end_s = 0;
 };
 
+// One task as it ran, for timeline traces (Chrome trace-event export).
+struct TimelineEvent {
+  std::string stream;
+  StreamKind kind = StreamKind::kCompute;
+  std::string category;
+  double start_s = 0, end_s = 0;
+};
+
 struct StreamBusy {
   std::string name;
   bool communication = false;
@@ -67,6 +75,7 @@ class Timeline {
   const TaskTiming& timing(int64_t id) const;
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   TimelineSummary summarize() const;  // O(n log n) in the number of tasks
+  std::vector<TimelineEvent> events() const;  // every task, in the order added
 
  private:
   void run() const;

@@ -31,7 +31,7 @@ inline World& world(const std::string& mode = "fused") {
   if (!w) {
     CommOptions o;
     o.backend = backend_flag();
-    o.collective_mode = mode;
+    o.collective_mode = parse_collective_mode(mode);
     o.bucket_cap_mb = 0.01;
     o.train_timeout_seconds = 30;
     o.init_timeout_seconds = 30;

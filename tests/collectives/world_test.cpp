@@ -67,8 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, SingleProcess, ::testing::Values("mpi", "gloo
 
 TEST(CommOptions, ValidationNamesTheKey) {
   CommOptions o;
-  o.collective_mode = "bogus";
-  EXPECT_NE(error_of([&] { validate(o); }).find("comm.collective_mode"), std::string::npos);
+  o.bucket_cap_mb = 0;
+  EXPECT_NE(error_of([&] { validate(o); }).find("comm.bucket_cap_mb"), std::string::npos);
   o = CommOptions();
   o.backend = "nccl";
   std::string msg = error_of([&] { init_distributed(o); });

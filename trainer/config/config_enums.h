@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/collective_mode.h"
+
 namespace titan {
 
 enum class ModelFamily { kQwen3, kLlama3 };
@@ -20,7 +22,6 @@ enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved1F1B, kInterleavedZeroB
 enum class AsyncMode { kDisabled, kAsync };
 enum class AcMode { kNone, kSelective, kFull };
 enum class CommBackend { kMpi, kGloo };
-enum class CollectiveMode { kFused, kSeparate };
 enum class Execution { kEager, kDeferAndFuse, kCompiled };
 
 // EnumNames<E>::value[i] is the name of the enumerator with value i.

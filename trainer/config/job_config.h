@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model_args.h"
 #include "trainer/config/config_enums.h"
 
 namespace titan {
@@ -18,23 +19,14 @@ struct JobSection {
   bool print_config = false;
 };
 
-struct ModelSection {
+// The sizes (ModelShape) override the flavor's where > 0; "flavor" keeps its switches.
+struct ModelSection : ModelShape {
   ModelFamily name = ModelFamily::kQwen3;
   std::string flavor = "debugmodel";
   std::string tokenizer_path = "";  // "" or "byte": byte-level; else a HF tokenizer.json
-  // Explicit dims override the flavor's; 0 (or "flavor") keeps the flavor's value.
-  int64_t dim = 0;
-  int64_t n_layers = 0;
-  int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t ffn_dim = 0;
-  int64_t vocab_size = 0;
   // A vocabulary taken from the tokenizer is padded to a multiple of this times the TP degree.
   int64_t vocab_size_divisible_by = 1;
   FlavorBool tie_embeddings = FlavorBool::kFlavor;
-  double rope_theta = 0;
-  double norm_eps = 0;
   FlavorBool qk_norm = FlavorBool::kFlavor;
 };
 

@@ -6,23 +6,12 @@ namespace titan {
 
 ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab, int64_t vocab_multiple) {
   ModelArgs a = model_flavor(to_string(m.name), m.flavor);
-  auto over = [](int64_t& field, int64_t v) {
-    if (v > 0) field = v;
-  };
-  over(a.dim, m.dim);
-  over(a.n_layers, m.n_layers);
-  over(a.n_heads, m.n_heads);
-  over(a.n_kv_heads, m.n_kv_heads);
-  over(a.head_dim, m.head_dim);
-  over(a.ffn_dim, m.ffn_dim);
-  over(a.vocab_size, m.vocab_size);
+  a.override_with(m);
   if (a.vocab_size == 0 && vocab_multiple > 0) {
     a.vocab_size = (tokenizer_vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
   }
   if (m.tie_embeddings != FlavorBool::kFlavor) a.tie_embeddings = m.tie_embeddings == FlavorBool::kTrue;
   if (m.qk_norm != FlavorBool::kFlavor) a.qk_norm = m.qk_norm == FlavorBool::kTrue;
-  if (m.rope_theta > 0) a.rope_theta = m.rope_theta;
-  if (m.norm_eps > 0) a.norm_eps = m.norm_eps;
   TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,
                      ") must be a multiple of model.n_kv_heads (", a.n_kv_heads, ")");
   TITAN_CONFIG_CHECK(a.head_dim % 2 == 0, "model.head_dim (", a.head_dim,

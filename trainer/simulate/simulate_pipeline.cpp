@@ -117,7 +117,7 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_
 
 PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const devices::Placement& placement,
                                           const devices::ChipSpec& chip, const devices::SimulationOptions& options) {
-  const bool fused = options.collective_mode == devices::CollectiveMode::kFused;
+  const bool fused = options.collective_mode == CollectiveMode::kFused;
   const devices::P2PMode mode = fused ? devices::P2PMode::kAsync : devices::P2PMode::kBlocking;
   const double launch = fused ? 0.0 : (options.separate_launch_s >= 0 ? options.separate_launch_s
                                                                        : devices::separate_launch_s(chip));

@@ -58,7 +58,7 @@ JobConfig with_resolved_model(const JobConfig& cfg) {
 CommOptions comm_options(const JobConfig& cfg) {
   CommOptions o;
   o.backend = to_string(cfg.comm.backend);
-  o.collective_mode = to_string(cfg.comm.collective_mode);
+  o.collective_mode = cfg.comm.collective_mode;
   o.bucket_cap_mb = cfg.comm.bucket_cap_mb;
   o.init_timeout_seconds = cfg.comm.init_timeout_seconds;
   o.train_timeout_seconds = cfg.comm.train_timeout_seconds;
