@@ -11,6 +11,7 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
 #include "trainer/step/trainer.h"
+#include "trainer/stop_signals.h"
 #include "trainer/train.h"
 
 namespace {
@@ -47,7 +48,9 @@ int main(int argc, char** argv) {
     if (cfg.simulation.enable) {
       titan::run_simulation(cfg);  // same step on simulated hardware (trainer/simulate/simulate.h)
     } else {
-      titan::train(cfg);
+      titan::install_stop_handlers();  // the loop stops cleanly at a step end (stop_signals.h)
+      const titan::TrainResult r = titan::train(cfg);
+      if (r.stop_signal) return titan::stop_exit_code(r.stop_signal);
     }
     return 0;
   } catch (const titan::Error& e) {

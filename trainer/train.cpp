@@ -5,8 +5,11 @@
 
 #include <torch/torch.h>
 
+#include "collectives/communicator.h"
 #include "common/error.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/peak_flops.h"
+#include "trainer/stop_signals.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -14,7 +17,7 @@ TrainResult train(const JobConfig& cfg) {
   Trainer trainer(cfg);
   const ModelArgs& args = trainer.model_args();
   const bool writer = trainer.is_writer();
-  const double peak = cfg.metrics.peak_flops > 0 ? cfg.metrics.peak_flops : measure_peak_flops();
+  const PeakFlops peak = resolve_peak_flops(cfg, torch::get_num_threads());
   const double fpt = flops_per_token(args, cfg.training.seq_len);
   const int world = trainer.world().size();
   const double gib = 1073741824.0;
@@ -25,13 +28,44 @@ TrainResult train(const JobConfig& cfg) {
                 trainer.dims().to_string().c_str(), to_string(cfg.comm.collective_mode).c_str(), to_string(cfg.comm.backend).c_str(),
                 trainer.param_bytes() / 1048576.0, trainer.param_bytes() / 1048576.0,
                 trainer.optimizer().state_bytes() / 1048576.0);
+    std::printf("titan: MFU peak %.3g FLOP/s per rank (%d threads) from %s\n", peak.flops, torch::get_num_threads(),
+                peak.source.c_str());
   }
+  std::string mfu_warning;  // set the first time MFU would exceed 100%: printed once
+  bool mfu_warned = false;
   TrainResult result;
   Checkpointer checkpointer(trainer);  // resumes (or loads initial weights) when configured
   checkpointer.load_at_start();
   if (checkpointer.create_seed_checkpoint()) return result;
   MetricsLogger logger(cfg.job.dump_folder, writer, /*append=*/trainer.step() > 0);
+  // A stop signal counts once every rank has seen it (the ranks agree at step ends, so that
+  // none enters a step the others left).
+  auto agreed_stop = [&] {
+    if (world == 1) return stop_signal();
+    auto x = torch::tensor({double(stop_signal())}, torch::kFloat64);
+    trainer.world().comm()->all_reduce(x, ReduceOp::kMax)->wait();
+    return static_cast<int>(x.item<double>());
+  };
+  auto stop_now = [&](int signo) {
+    checkpointer.wait();  // an async save in flight completes
+    int removed = 0;
+    if (trainer.world().rank() == 0) removed = remove_unfinished_saves(checkpointer.folder());
+    if (writer) {
+      const auto saved = list_step_folders(checkpointer.folder());
+      std::string where = checkpointer.enabled() && !saved.empty() ? "newest checkpoint " + saved.front().path
+                                                                   : std::string("no checkpoint");
+      if (removed) where += ", removed " + std::to_string(removed) + " unfinished save folder(s)";
+      std::printf("titan: stopped by %s after step %lld of %lld; %s\n", signal_name(signo).c_str(),
+                  static_cast<long long>(trainer.step()), static_cast<long long>(cfg.training.steps), where.c_str());
+      std::fflush(stdout);
+    }
+    result.stop_signal = signo;
+  };
   while (trainer.step() < cfg.training.steps) {
+    if (const int signo = agreed_stop()) {
+      stop_now(signo);
+      break;
+    }
     const Trainer::StepResult r = trainer.train_step();
     const int64_t step = trainer.step();
     const bool stop = checkpointer.after_step(step, cfg.training.steps);  // true: test hook exit_after_step
@@ -42,13 +76,18 @@ TrainResult train(const JobConfig& cfg) {
       m.step = step, m.loss = r.loss, m.grad_norm = r.grad_norm, m.lr = r.lr, m.step_time_s = r.seconds;
       m.tps = trainer.tokens_per_step() / r.seconds / world;
       m.tflops = fpt * m.tps / 1e12;
-      m.mfu_percent = 100.0 * fpt * m.tps / peak;
+      m.mfu_percent = capped_mfu_percent(fpt * m.tps, peak, &mfu_warning);
+      if (!mfu_warning.empty() && !mfu_warned && writer) std::printf("%s\n", mfu_warning.c_str());
+      mfu_warned = !mfu_warning.empty();
       m.param_gib = trainer.param_bytes() / gib;
       m.grad_gib = trainer.param_bytes() / gib;
       m.optimizer_gib = trainer.optimizer().state_bytes() / gib;
       logger.log(m);
     }
     if (stop) break;
+  }
+  if (result.stop_signal == 0) {
+    if (const int signo = agreed_stop()) stop_now(signo);  // arrived in the last step or save
   }
   for (auto& p : trainer.model()->named_parameters()) result.final_params[p.key()] = p.value().detach().clone();
   return result;

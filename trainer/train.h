@@ -16,6 +16,7 @@ struct TrainResult {
   std::vector<double> losses;  // global mean loss per step
   std::vector<double> grad_norms;
   std::map<std::string, torch::Tensor> final_params;  // this rank's (shards under FSDP)
+  int stop_signal = 0;  // SIGINT / SIGTERM that stopped the loop early (stop_signals.h), else 0
 };
 
 // Runs cfg.training.steps optimizer steps; throws titan::Error on bad input.

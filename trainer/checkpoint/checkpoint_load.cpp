@@ -146,18 +146,35 @@ int64_t Checkpointer::load_at_start() {
           std::fprintf(stderr, "titan: checkpoint: WARNING ignoring unfinished save %s\n", e.path().string().c_str());
       }
     }
+    std::string export_dir;  // the newest final model-only export passed over, if any
     for (auto& s : list_step_folders(folder_)) {
       if (!s.complete) {
         if (writer) std::fprintf(stderr, "titan: checkpoint: WARNING skipping incomplete checkpoint %s (no COMPLETE marker)\n", s.path.c_str());
         continue;
       }
-      // A model-only step > 0 is a final export, not a training state to resume.
-      if (s.step > 0 && is_model_only(s.path)) continue;
+      // A model-only step > 0 is a final export: it holds no optimizer, data or RNG state.
+      if (s.step > 0 && is_model_only(s.path)) {
+        if (export_dir.empty()) export_dir = s.path;
+        continue;
+      }
       if (try_load(s.path, false, false)) {
+        if (!export_dir.empty() && writer) {
+          std::printf("titan: checkpoint: %s is a final model-only export (no training state); resuming the full "
+                      "state of %s instead, the steps after it run again\n",
+                      export_dir.c_str(), s.path.c_str());
+        }
         announce("resumed from", s.path);
         return trainer_.step();
       }
     }
+    // Starting from step 1 over a finished run would hide that run and overwrite its export.
+    TITAN_CONFIG_CHECK(export_dir.empty() || !c.initial_load_path.empty(), folder_,
+                       " holds a finished run: its last save ", export_dir,
+                       " is model-only (checkpoint.last_save_model_only) and no full checkpoint is left to resume "
+                       "the optimizer and data state from. To go on from its weights with a fresh optimizer, pass "
+                       "--checkpoint.initial_load_path ",
+                       export_dir, " with another checkpoint.folder; to start over, use another checkpoint.folder. "
+                       "Runs meant to be extended: checkpoint.last_save_model_only = false");
   }
   if (!c.initial_load_path.empty()) {
     const std::string& p = c.initial_load_path;

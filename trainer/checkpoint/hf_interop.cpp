@@ -143,7 +143,12 @@ void load_hf(Trainer& trainer, const std::string& path) {
   for (auto& f : files) {
     for (auto& [k, v] : load_safetensors(f)) hf[k] = v;
   }
-  TensorMap t = from_hf(hf, trainer.model_args());
+  TensorMap t;
+  try {
+    t = from_hf(hf, trainer.model_args());
+  } catch (const Error& e) {  // which file the missing or misshapen tensor was expected in
+    TITAN_CONFIG_FAIL("checkpoint.initial_load_path ", path, ": ", e.what());
+  }
   auto& params = trainer.optimizer().params();
   const auto layout = param_layout(trainer);
   for (size_t i = 0; i < params.size(); ++i) assign_from_full(trainer, i, layout[i], t.at(params[i].name));

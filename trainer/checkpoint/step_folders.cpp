@@ -41,6 +41,18 @@ void write_text_durably(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+int remove_unfinished_saves(const std::string& folder) {
+  int removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return 0;
+  std::vector<fs::path> tmp;
+  for (auto& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().filename().string().rfind(".tmp-step-", 0) == 0) tmp.push_back(e.path());
+  }
+  for (auto& p : tmp) removed += fs::remove_all(p, ec) > 0 ? 1 : 0;
+  return removed;
+}
+
 bool is_model_only(const std::string& dir) {
   std::ifstream f(fs::path(dir) / "COMPLETE");
   nlohmann::json marker = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);

@@ -21,6 +21,10 @@ struct StepFolder {
 // step-N folders, newest first.
 std::vector<StepFolder> list_step_folders(const std::string& folder);
 
+// Removes the .tmp-step-N folders of saves that never finished; returns how many it removed.
+// Only when no save of this job is in flight (a stopping job, after Checkpointer::wait).
+int remove_unfinished_saves(const std::string& folder);
+
 // A final model-only export (its COMPLETE marker says so).
 bool is_model_only(const std::string& dir);
 
