@@ -10,6 +10,9 @@ scenario starts the real binary as a subprocess with a timeout.
                 --config and dump paths are the caller's; no build when the binary exists
   extend        a finished run (final save model-only) extended to more steps: resumes from
                 the last full checkpoint saying so; with none left, a clear error
+  rank_killed   4 ranks through launch/titan-launch, mpi and gloo: rank 2 SIGKILLed mid-run;
+                the job ends non-zero within train_timeout_seconds + 10 s naming the rank or
+                the op, with no process or gloo rendezvous folder left
   mfu           the log states its MFU peak and its source; MFU never above 100 %
   bad_inputs    the table in hardening_inputs.py: each exits non-zero (no signal, no
                 timeout) with its message fragment
@@ -93,7 +96,7 @@ def scenario_determinism(args):
     runs = 4
     # The debug config as shipped (seq 128, batch 8): without deterministic, 2-thread runs like
     # these differed in some of 50 steps' losses when 4 ran at once on 2 cores.
-    steps = 30
+    steps = 50
     cmd = lambda d: [args.titan_train, "--config", CONFIG, "--job.dump_folder", d, "--training.steps", str(steps),
                      "--debug.deterministic", "true", "--debug.seed", "7", "--metrics.log_freq", "1",
                      "--metrics.peak_flops", "1e11"]
@@ -173,6 +176,66 @@ def scenario_mfu(args):
     if code != 0 or max(mfus) > 100 or "capped at 100%" not in out or "metrics.peak_flops" not in out:
         fail(f"MFU must be capped at 100 with a warning ({code}, {mfus})\n{out[-2000:]}")
     print(f"ok: MFU peak probed once ({peak1} FLOP/s), reused from the cache, capped at 100 % when too low")
+
+
+def _procs_with(marker):
+    """pid -> environment of the live processes whose command line holds `marker`."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read() or int(pid) == os.getpid():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1].startswith("Z"):
+                    continue  # a zombie is already gone
+            found[int(pid)] = env
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def scenario_rank_killed(args):
+    timeout_s = 5
+    for backend in ("mpi", "gloo"):
+        dump = fresh(args, "killed_" + backend)
+        run_id = f"hardening-kill-{backend}-{os.getpid()}"
+        cmd = [os.path.join(SRC, "launch/titan-launch"), "-n", "4", "--backend", backend, "--",
+               "--config", CONFIG, "--job.dump_folder", dump, "--training.steps", "100000",
+               "--comm.train_timeout_seconds", str(timeout_s)] + TINY
+        env = dict(os.environ, TITAN_LAUNCH_BINARY=args.titan_train, TITAN_RUN_ID=run_id)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline and len(losses(dump)) < 3 and p.poll() is None:
+            time.sleep(0.1)
+        victims = [pid for pid, e in _procs_with(dump).items() if e.get(b"OMPI_COMM_WORLD_RANK") == b"2"
+                   and b"titan-train" in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]]
+        if len(victims) != 1:
+            p.kill()
+            fail(f"{backend}: rank 2 of the running job not found ({victims})")
+        os.kill(victims[0], signal.SIGKILL)
+        t0 = time.time()
+        try:
+            out, _ = p.communicate(timeout=timeout_s + 40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            fail(f"{backend}: survivors still running {timeout_s + 40} s after rank 2 was killed")
+        elapsed = time.time() - t0
+        if p.returncode == 0 or elapsed > timeout_s + 10:
+            fail(f"{backend}: exit {p.returncode} after {elapsed:.1f} s (want non-zero within {timeout_s + 10} s)\n{out[-3000:]}")
+        names = ["rank 2", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier"]
+        if not any(n in out for n in names):
+            fail(f"{backend}: no message names the lost rank or the op\n{out[-3000:]}")
+        time.sleep(1)
+        left = _procs_with(dump)
+        if left:
+            fail(f"{backend}: processes left behind: {sorted(left)}")
+        if os.path.exists("/tmp/titan-gloo-" + run_id):
+            fail(f"{backend}: rendezvous folder /tmp/titan-gloo-{run_id} left behind")
+        line = next((l for l in out.splitlines() if any(n in l for n in names)), "")
+        print(f"ok: {backend}: rank 2 SIGKILLed, job ended {p.returncode} after {elapsed:.1f} s: {line[:160]}")
 
 
 def scenario_bad_inputs(args):

@@ -34,12 +34,13 @@ foreach(mode fused separate)
 endforeach()
 
 # Hardening (issue 14): titan-train as a subprocess: stop signals, deterministic concurrent
-# runs, launchers from another folder, extending a finished run, the MFU peak, and a table of
-# bad inputs (tests/trainer/hardening_inputs.py).
-foreach(scenario signal determinism launchers extend mfu bad_inputs)
+# runs, launchers from another folder, extending a finished run, the MFU peak, one of 4 ranks
+# SIGKILLed (mpi and gloo), and a table of bad inputs (tests/trainer/hardening_inputs.py).
+foreach(scenario signal determinism launchers extend mfu rank_killed bad_inputs)
   add_test(NAME trainer_hardening_${scenario}
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/hardening_cli.py ${scenario}
                    --titan-train $<TARGET_FILE:titan-train> --workdir ${CMAKE_BINARY_DIR}/hardening_tests
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(trainer_hardening_${scenario} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+set_tests_properties(trainer_hardening_rank_killed PROPERTIES PROCESSORS 4)
