@@ -20,6 +20,9 @@ def _safetensors(path, header, data=b""):
 def _files(w):
     f = {}
     f["syntax"] = _write(os.path.join(w, "syntax.toml"), "[training]\nsteps = = 3\n")
+    # Found by launch/fuzz: a DEL byte in a table header trips an assertion inside toml++
+    # in builds without NDEBUG; Release must report a syntax error naming file and line.
+    f["del"] = _write(os.path.join(w, "del.toml"), "[training\x7f]\nsteps = 3\n")
     f["typo"] = _write(os.path.join(w, "typo.toml"), "[training]\nstpes = 3\n")
     f["section"] = _write(os.path.join(w, "section.toml"), "[trainnig]\nsteps = 3\n")
     f["type"] = _write(os.path.join(w, "type.toml"), "[training]\nsteps = \"ten\"\n")
@@ -68,6 +71,7 @@ def bad_inputs(w, config, tiny):
         ("--config a directory", ["--config", os.path.join(w, "a_dir.toml")], "a_dir.toml"),
         ("--config missing", ["--config", os.path.join(w, "nope.toml")], "nope.toml"),
         ("toml syntax", ["--config", f["syntax"]], "syntax.toml"),
+        ("toml DEL in a table name", ["--config", f["del"]], "del.toml:1"),
         ("key typo", ["--config", f["typo"]], "steps"),
         ("section typo", ["--config", f["section"]], "trainnig"),
         ("value type", ["--config", f["type"]], "training.steps"),
