@@ -35,6 +35,13 @@ def _files(w):
     f["huge_header_st"] = _safetensors(os.path.join(w, "huge.safetensors"), b"{}")
     with open(f["huge_header_st"], "r+b") as fh:
         fh.write(struct.pack("<Q", 1 << 60))
+    f["sign_header_st"] = _safetensors(os.path.join(w, "sign.safetensors"), b"{}")
+    with open(f["sign_header_st"], "r+b") as fh:
+        fh.write(struct.pack("<Q", 1 << 63))  # negative as int64
+    f["shape_st"] = _safetensors(os.path.join(w, "shape.safetensors"),
+                                 {"x": {"dtype": "F32", "shape": [1 << 40, 1 << 40], "data_offsets": [0, 8]}},
+                                 b"\0" * 8)
+    f["fields_st"] = _safetensors(os.path.join(w, "fields.safetensors"), {"x": {"dtype": "F32"}})
     f["bad_header_st"] = _safetensors(os.path.join(w, "badheader.safetensors"), b"{ nope")
     f["oob_st"] = _safetensors(os.path.join(w, "oob.safetensors"),
                                {"tok_embeddings.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}},
@@ -109,6 +116,11 @@ def bad_inputs(w, config, tiny):
         ("initial_load_path missing", c + ["--checkpoint.initial_load_path", os.path.join(w, "none")], "none"),
         ("safetensors garbage", c + ["--checkpoint.initial_load_path", f["garbage_st"]], "garbage.safetensors"),
         ("safetensors huge header", c + ["--checkpoint.initial_load_path", f["huge_header_st"]], "huge.safetensors"),
+        ("safetensors header length sign bit", c + ["--checkpoint.initial_load_path", f["sign_header_st"]],
+         "sign.safetensors"),
+        ("safetensors huge shape", c + ["--checkpoint.initial_load_path", f["shape_st"]], "too large"),
+        ("safetensors entry without fields", c + ["--checkpoint.initial_load_path", f["fields_st"]],
+         "needs dtype, shape and data_offsets"),
         ("safetensors bad header", c + ["--checkpoint.initial_load_path", f["bad_header_st"]], "badheader.safetensors"),
         ("safetensors out of bounds", c + ["--checkpoint.initial_load_path", f["oob_st"]], "oob.safetensors"),
         ("safetensors other names", c + ["--checkpoint.initial_load_path", f["wrong_names_st"]], "names.safetensors"),

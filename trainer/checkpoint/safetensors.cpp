@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "trainer/checkpoint/safetensors_header.h"
 
 namespace titan {
 namespace {
@@ -64,33 +65,21 @@ TensorMap load_safetensors(const std::string& path, std::map<std::string, std::s
   uint64_t n = 0;
   TITAN_CHECK(file_size >= 8 && in.read(reinterpret_cast<char*>(&n), 8), path,
               ": too short to be a safetensors file");
-  TITAN_CHECK(static_cast<int64_t>(n) <= file_size - 8, path, ": header length ", n,
+  TITAN_CHECK(n <= static_cast<uint64_t>(file_size - 8), path, ": header length ", n,
               " exceeds the file size ", file_size);
   std::string h(n, '\0');
   in.read(h.data(), n);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(h);
-  } catch (const std::exception& e) {
-    TITAN_FAIL(path, ": malformed safetensors header: ", e.what());
-  }
   const int64_t data_start = 8 + static_cast<int64_t>(n);
+  // Every entry is checked against the file before a tensor is allocated.
+  const SafetensorsHeader header = parse_safetensors_header(h, file_size - data_start, path);
+  if (metadata) *metadata = header.metadata;
   TensorMap out;
-  for (auto& [name, info] : header.items()) {
-    if (name == "__metadata__") {
-      if (metadata) *metadata = info.get<std::map<std::string, std::string>>();
-      continue;
-    }
-    const auto dtype = dtype_from_name(info.at("dtype").get<std::string>(), path);
-    const auto shape = info.at("shape").get<std::vector<int64_t>>();
-    const auto offs = info.at("data_offsets").get<std::vector<int64_t>>();
-    auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-    TITAN_CHECK(offs.size() == 2 && offs[1] - offs[0] == static_cast<int64_t>(t.nbytes()) &&
-                    data_start + offs[1] <= file_size,
-                path, ": tensor ", name, " has data offsets that do not match its shape or the file");
-    in.seekg(data_start + offs[0]);
+  for (const SafetensorsEntry& e : header.tensors) {
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(dtype_from_name(e.dtype, path)));
+    in.seekg(data_start + e.begin);
     in.read(static_cast<char*>(t.data_ptr()), t.nbytes());
-    out[name] = t;
+    TITAN_CHECK(in.good(), path, ": cannot read the data of tensor ", e.name);
+    out[e.name] = t;
   }
   return out;
 }
