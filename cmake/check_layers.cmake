@@ -5,7 +5,7 @@ set(levels
   "common:0" "devices:1" "collectives:2" "parallel:3"
   "trainer/config:4" "trainer/model:4" "trainer/data:4"
   "trainer/components:5" "trainer/step:6"
-  "trainer/checkpoint:7" "trainer/simulate:7" "trainer:8")
+  "trainer/checkpoint:7" "trainer/simulate:7" "trainer:8" "study:9")
 
 # The folder a path belongs to: the longest entry of `levels` that prefixes it.
 function(layer_of path out_folder out_level)
@@ -30,7 +30,7 @@ set(violations "")
 file(GLOB_RECURSE sources RELATIVE ${ROOT}
      ${ROOT}/common/*.h ${ROOT}/common/*.cpp ${ROOT}/devices/*.h ${ROOT}/devices/*.cpp
      ${ROOT}/collectives/*.h ${ROOT}/collectives/*.cpp ${ROOT}/parallel/*.h ${ROOT}/parallel/*.cpp
-     ${ROOT}/trainer/*.h ${ROOT}/trainer/*.cpp)
+     ${ROOT}/trainer/*.h ${ROOT}/trainer/*.cpp ${ROOT}/study/*.h ${ROOT}/study/*.cpp)
 foreach(src ${sources})
   layer_of(${src} from from_level)
   file(STRINGS ${ROOT}/${src} includes REGEX "^#include \"[^\"]+\"")

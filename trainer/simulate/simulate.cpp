@@ -117,34 +117,33 @@ RecordedStep record_step(const JobConfig& cfg) {
   return out;
 }
 
-namespace {
-
-SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
+SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
+                             const devices::Placement& placement, bool keep_events) {
   SimulationResult r;
   r.dims = rec.dims;
-  r.placement = rec.placement.describe();
+  r.placement = placement.describe();
   r.num_chips = cfg.simulation.num_chips;
   r.global_batch = rec.global_batch;
   r.seq_len = cfg.training.seq_len;
   r.microbatches = rec.microbatches;
   devices::SimulationOptions o;
   o.execution = execution_mode(cfg);
-  o.collective_mode = cfg.comm.collective_mode == CollectiveMode::kFused ? devices::CollectiveMode::kFused
-                                                                       : devices::CollectiveMode::kSeparate;
+  o.keep_events = keep_events;
+  o.collective_mode = cfg.comm.collective_mode;
   if (rec.pipeline) {
-    PipelineReplayReport pr = replay_pipeline_step(*rec.pipeline, rec.placement, rec.chip, o);
+    PipelineReplayReport pr = replay_pipeline_step(*rec.pipeline, placement, chip, o);
     r.report = pr.report;
     r.pipeline_schedule = rec.pipeline->schedule.name;
     r.pipeline_stages = rec.pipeline->schedule.num_stages;
     r.pipeline_bubble_fraction = pr.bubble_fraction;
     r.pipeline_rank_busy_s = pr.rank_busy_s;
   } else {
-    r.report = devices::simulate_step(rec.trace, rec.placement, rec.chip, o);
+    r.report = devices::simulate_step(rec.trace, placement, chip, o);
   }
 
   const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
   r.flops_per_token = flops_per_token(args, r.seq_len);
-  r.peak_flops = rec.chip.peak_bf16_flops;
+  r.peak_flops = chip.peak_bf16_flops;
   const double tokens = static_cast<double>(r.global_batch * r.seq_len);
   r.tokens_per_s_per_chip = tokens / r.report.step_time_s / static_cast<double>(r.num_chips);
   r.tflops_per_chip = r.flops_per_token * r.tokens_per_s_per_chip / 1e12;
@@ -165,7 +164,7 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
   in.local_params = rec.local_params;
   in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = rec.param_elem_bytes;
   in.master_weights = false;
-  r.memory = devices::memory_per_chip(in, rec.chip);
+  r.memory = devices::memory_per_chip(in, chip);
   if (rec.pipeline) {
     // Each pipeline rank: its own parameters, and the activations of the micro-batches its
     // schedule keeps in flight (layers live at once); the largest is the report's.
@@ -176,13 +175,21 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
       mq.local_layers = p.peak_live_layers[q];
       mq.microbatches_in_flight = 1;
       if (!p.holds_output[q]) mq.extra_activation_bytes = 0;
-      const devices::MemoryReport m = devices::memory_per_chip(mq, rec.chip);
+      const devices::MemoryReport m = devices::memory_per_chip(mq, chip);
       r.pipeline_rank_memory_gib.push_back(m.total_gib());
       if (q == 0 || m.total > r.memory.total) r.memory = m;
     }
   }
   return r;
 }
+
+namespace {
+
+SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
+  return replay_step(cfg, rec, rec.chip, rec.placement);
+}
+
+}  // namespace
 
 std::string layout_string(const ParallelDims& d) {
   std::ostringstream os;
@@ -195,7 +202,6 @@ std::string layout_string(const ParallelDims& d) {
   return os.tellp() > 0 ? os.str() : "single chip";
 }
 
-}  // namespace
 
 SimulationResult simulate(const JobConfig& cfg, bool other_mode) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -69,8 +69,17 @@ struct SimulationResult {
   std::vector<double> pipeline_rank_memory_gib;
 };
 
+// Replays a recorded step of cfg on `chip` placed as `placement`: a study reuses one
+// recording for every device and chip count whose per-rank step is the same.
+// keep_events: report.events holds every timeline task (Chrome traces; not under PP).
+SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
+                             const devices::Placement& placement, bool keep_events = false);
+
 // Records and replays the step; with `other_mode`, also under the other collective mode.
 SimulationResult simulate(const JobConfig& cfg, bool other_mode = true);
+
+// "pp 2 x dp_shard 64 x tp 4" (degrees above 1), "single chip" when none.
+std::string layout_string(const ParallelDims& d);
 
 std::string format_report(const SimulationResult& r);
 std::string to_json(const SimulationResult& r);

@@ -1,0 +1,45 @@
+// One study point: a config (base + overrides) replayed on the simulator through the
+// recording cache, with its verdict (ok, does not fit, config error) and the step-time
+// breakdown the plots stack. Used by the sweep runner, the layout search and the tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "study/recording_cache.h"
+#include "study/sweep_file.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan::study {
+
+enum class Verdict { kOk, kDoesNotFit, kInvalid };
+const char* verdict_name(Verdict v);  // "ok" | "oom" | "invalid"
+
+// The step split into parts that add up to the step time (seconds, the first pipeline
+// rank's view under PP): compute-stream busy, communication while compute waits (by
+// collective kind and group where the timeline attributes it), the pipeline bubble
+// (waiting for other stages) and the rest of the idle time (host dispatch bound).
+struct Breakdown {
+  double compute_s = 0, exposed_comm_s = 0, bubble_s = 0, idle_s = 0;
+};
+Breakdown breakdown_of(const SimulationResult& r);
+
+struct Point {
+  Overrides overrides;      // what this point changed on the base config
+  JobConfig cfg;            // the resulting config
+  Verdict verdict = Verdict::kInvalid;
+  std::string reason;       // why it is not ok (the simulator's message)
+  SimulationResult result;  // filled when ok, and for kDoesNotFit (memory)
+  Breakdown breakdown;
+};
+
+// base + overrides (apply_override, then validate) replayed through the cache. Never throws
+// for a bad combination: config errors become kInvalid with the message.
+Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
+Point evaluate_config(const JobConfig& cfg, RecordingCache& cache);
+
+// The value of a config key in this point as text ("simulation.num_chips" -> "8192"); the
+// registry's own spelling, so every key a sweep can set can be read back.
+std::string key_value(const JobConfig& cfg, const std::string& key);
+
+}  // namespace titan::study

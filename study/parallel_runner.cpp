@@ -1,0 +1,69 @@
+// Thread pool with progress (see parallel_runner.h).
+#include "study/parallel_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
+#include <vector>
+
+namespace titan::study {
+
+RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int threads,
+                      const std::string& label) {
+  RunStats st;
+  st.jobs = n;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  st.threads = threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n)));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int64_t> next{0}, done{0};
+  std::exception_ptr failure;
+  std::mutex mu;
+  auto last_print = t0;
+  const bool tty = isatty(2) != 0;
+  const auto every = std::chrono::milliseconds(tty ? 250 : 5000);
+  auto print = [&](bool final) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t d = done.load();
+    const double rate = el > 0 ? static_cast<double>(d) / el : 0;
+    const double left = rate > 0 ? static_cast<double>(n - d) / rate : 0;
+    // A terminal gets one line rewritten in place; a log gets a line every few seconds.
+    std::fprintf(stderr, "%s%s: %lld/%lld done, %.1f/s, %.1f s left%s", tty ? "\r" : "", label.c_str(),
+                 static_cast<long long>(d), static_cast<long long>(n), rate, left, tty && !final ? "   " : "\n");
+    std::fflush(stderr);
+  };
+  auto worker = [&] {
+    for (int64_t i; (i = next++) < n;) {
+      try {
+        job(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure) failure = std::current_exception();
+        next = n;  // stop handing out work
+      }
+      ++done;
+      if (label.empty()) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_print > every) {
+        last_print = now;
+        print(false);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  st.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!label.empty()) print(true);
+  if (failure) std::rethrow_exception(failure);
+  return st;
+}
+
+}  // namespace titan::study

@@ -1,0 +1,23 @@
+// Runs n independent jobs on a pool of threads with a progress line on stderr (done/total,
+// rate, time left); results land by index, so the output order never depends on timing.
+// Used by the sweep and the layout search.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace titan::study {
+
+struct RunStats {
+  int64_t jobs = 0;
+  int threads = 0;
+  double wall_s = 0;
+  double rate() const { return wall_s > 0 ? static_cast<double>(jobs) / wall_s : 0; }
+};
+
+// threads <= 0: every core (std::thread::hardware_concurrency). progress_label empty: quiet.
+RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int threads,
+                      const std::string& progress_label);
+
+}  // namespace titan::study

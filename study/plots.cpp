@@ -1,0 +1,127 @@
+// gnuplot plots (see plots.h).
+#include "study/plots.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace titan::study {
+namespace {
+
+// The values of the swept keys other than x: one plotted line.
+std::string series_label(const Point& p, const std::string& x_key, const std::vector<std::string>& keys) {
+  std::string s;
+  for (const auto& k : keys) {
+    if (k == x_key) continue;
+    const std::string v = key_value(p.cfg, k);
+    s += (s.empty() ? "" : " ") + v;
+  }
+  return s.empty() ? "all" : s;
+}
+
+std::string quoted(const std::string& s) {
+  std::string q;
+  for (char c : s) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return "\"" + q + "\"";
+}
+
+void run_gnuplot(const std::string& script) {
+  const std::string gp = find_gnuplot();
+  TITAN_CHECK(!gp.empty(), "titan-study: gnuplot not found (install gnuplot-nox, or set TITAN_GNUPLOT)");
+  const std::string cmd = gp + " " + quoted(script) + " 2>" + quoted(script + ".log");
+  TITAN_CHECK(std::system(cmd.c_str()) == 0, "titan-study: gnuplot failed on ", script, " (see ", script, ".log)");
+}
+
+}  // namespace
+
+std::string find_gnuplot() {
+  if (const char* g = std::getenv("TITAN_GNUPLOT")) return g;
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(ss, dir, ':');)
+    if (std::filesystem::exists(dir + "/gnuplot")) return dir + "/gnuplot";
+  return "";
+}
+
+bool is_png(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char sig[8] = {};
+  f.read(sig, 8);
+  static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  return f.gcount() == 8 && std::equal(sig, sig + 8, reinterpret_cast<const char*>(png));
+}
+
+std::vector<std::string> draw_plots(const std::string& folder, const std::string& name, const std::string& x_key,
+                                    const std::vector<std::string>& keys, const std::vector<Point>& points) {
+  std::filesystem::create_directories(folder);
+  std::vector<std::string> pngs;
+  const std::string base = folder + "/" + name;
+  if (!x_key.empty()) {
+    // One data block per series (gnuplot's `index`), x ascending as the sweep lists it.
+    std::map<std::string, std::vector<std::pair<double, double>>> series;
+    std::vector<std::string> order;
+    for (const auto& p : points) {
+      if (p.verdict != Verdict::kOk) continue;
+      const std::string s = series_label(p, x_key, keys);
+      if (!series.count(s)) order.push_back(s);
+      series[s].emplace_back(std::stod(key_value(p.cfg, x_key)), p.result.mfu_percent);
+    }
+    std::ofstream dat(base + "_mfu.dat");
+    for (const auto& s : order) {
+      dat << "# " << s << "\n";
+      for (auto& [x, y] : series[s]) dat << x << " " << y << "\n";
+      dat << "\n\n";
+    }
+    dat.close();
+    std::ofstream gp(base + "_mfu.gp");
+    gp << "set terminal pngcairo size 960,600 font 'sans,11'\nset output " << quoted(base + "_mfu.png") << "\n"
+       << "set title " << quoted(name + ": MFU (simulated)") << "\nset xlabel " << quoted(x_key)
+       << "\nset ylabel 'MFU (%)'\nset grid\nset key outside right\nset yrange [0:*]\n";
+    if (x_key == "simulation.num_chips") gp << "set logscale x 2\nset format x '%.0f'\n";
+    gp << "plot ";
+    for (size_t i = 0; i < order.size(); ++i)
+      gp << (i ? ", " : "") << quoted(base + "_mfu.dat") << " index " << i << " using 1:2 with linespoints lw 2 title "
+         << quoted(order[i]);
+    gp << "\n";
+    gp.close();
+    if (!order.empty()) {
+      run_gnuplot(base + "_mfu.gp");
+      pngs.push_back(base + "_mfu.png");
+    }
+  }
+  // Stacked shares of the step time.
+  std::ofstream dat(base + "_breakdown.dat");
+  dat << "label compute exposed_comm bubble idle\n";
+  int rows = 0;
+  for (const auto& p : points) {
+    if (p.verdict != Verdict::kOk || p.result.report.step_time_s <= 0) continue;
+    const double t = p.result.report.step_time_s / 100.0;
+    std::string label;
+    for (const auto& k : keys) label += (label.empty() ? "" : " ") + key_value(p.cfg, k);
+    const auto& b = p.breakdown;
+    dat << quoted(label.empty() ? "base" : label) << " " << b.compute_s / t << " " << b.exposed_comm_s / t << " "
+        << b.bubble_s / t << " " << b.idle_s / t << "\n";
+    ++rows;
+  }
+  dat.close();
+  std::ofstream gp(base + "_breakdown.gp");
+  gp << "set terminal pngcairo size " << std::max(960, 40 * rows + 200) << ",640 font 'sans,10'\nset output "
+     << quoted(base + "_breakdown.png") << "\nset title " << quoted(name + ": step time breakdown (simulated)")
+     << "\nset ylabel 'share of step time (%)'\nset yrange [0:100]\nset style data histograms\n"
+     << "set style histogram rowstacked\nset style fill solid 0.85 border -1\nset boxwidth 0.8\n"
+     << "set xtics rotate by -60 font 'sans,8'\nset key outside right\n"
+     << "plot for [i=2:5] " << quoted(base + "_breakdown.dat") << " using i:xtic(1) title columnheader(i)\n";
+  gp.close();
+  if (rows > 0) {
+    run_gnuplot(base + "_breakdown.gp");
+    pngs.push_back(base + "_breakdown.png");
+  }
+  return pngs;
+}
+
+}  // namespace titan::study

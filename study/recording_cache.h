@@ -1,0 +1,62 @@
+// RecordingCache: one recorded step per distinct per-rank shape, shared by every study point
+// that replays it (other devices, topologies, execution modes). Recording drives libtorch's
+// global RecordFunction callbacks and the process-wide sim World, so recordings run one at a
+// time, all on one dedicated thread (recordings made on different threads came out up to 2%
+// apart: the first step a thread records includes libtorch's per-thread first-use work, so
+// the recorder thread discards its first recording); replays run in parallel on the shared,
+// read-only recordings. Used by evaluate.cpp.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "trainer/config/job_config.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan::study {
+
+class RecordingCache {
+ public:
+  RecordingCache();
+  ~RecordingCache();
+  RecordingCache(const RecordingCache&) = delete;
+  RecordingCache& operator=(const RecordingCache&) = delete;
+
+  // The recording for cfg's per-rank step; records it on first use. A recording that failed
+  // (a config error: degrees, divisibility) rethrows the same error to every later caller.
+  std::shared_ptr<const RecordedStep> get(const JobConfig& cfg);
+
+  int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
+  int64_t lookups() const { return lookups_; }
+  double record_seconds() const;                       // wall time spent recording
+
+  // What determines the recorded per-rank step: the config without the keys that only the
+  // replay reads (device, chip count, topology, execution, allow_oom, output and logging
+  // keys), with the resolved degrees and whether the chip fuses attention (the recorder's
+  // only input from the chip). Two configs with equal keys record identical traces.
+  static std::string key(const JobConfig& cfg);
+
+ private:
+  void recorder_loop();
+
+  std::mutex map_mu_;
+  std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;
+  std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
+  // The recorder thread's queue: configs to record and where their recording goes.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::pair<JobConfig, std::shared_ptr<std::promise<std::shared_ptr<const RecordedStep>>>>> queue_;
+  bool stop_ = false;
+  std::thread recorder_;
+};
+
+}  // namespace titan::study

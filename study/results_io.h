@@ -1,0 +1,29 @@
+// Study results as files: one CSV row and one JSON line per point (same columns), in the
+// order the points were listed. Used by titan-study and the tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "study/evaluate.h"
+#include "study/prices.h"
+
+namespace titan::study {
+
+// The columns every study writes, in order (the swept keys come first, then these).
+const std::vector<std::string>& result_columns();
+
+// One point as JSON: the swept keys (by their config names) then result_columns(). Price
+// figures are null when the device has no price.
+nlohmann::json point_json(const Point& p, const PriceTable& prices);
+
+// Writes <folder>/results.csv and <folder>/results.jsonl; returns the CSV path.
+std::string write_results(const std::string& folder, const std::vector<std::string>& swept_keys,
+                          const std::vector<Point>& points, const PriceTable& prices);
+
+// A CSV field: quoted when it holds a comma, quote or newline.
+std::string csv_field(const std::string& s);
+
+}  // namespace titan::study

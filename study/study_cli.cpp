@@ -1,0 +1,107 @@
+// titan-study's command line (see study_cli.h).
+#include "study/study_cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/error.h"
+#include "study/best_layout_table.h"
+#include "study/layout_search.h"
+#include "study/plots.h"
+#include "study/results_io.h"
+#include "study/sweep_runner.h"
+#include "trainer/config/config_loader.h"
+
+namespace titan::study {
+
+std::string study_usage() {
+  return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
+         "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--section.key VALUE ...]\n"
+         "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
+         "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
+         "  --search  the best layouts for the base config's model, device and chip count\n"
+         "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
+}
+
+namespace {
+
+void print_stats(const char* what, const RunStats& st, const RecordingCache& cache) {
+  std::fprintf(stderr,
+               "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
+               "%lld distinct per-rank steps recorded (%.2f s), %lld replays\n",
+               what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
+               static_cast<long long>(cache.recordings()), cache.record_seconds(),
+               static_cast<long long>(cache.lookups()));
+}
+
+}  // namespace
+
+int study_main(const std::vector<std::string>& args) {
+  std::vector<std::string> cfg_args;
+  std::string study_path, prices_path = default_prices_path(), out;
+  bool search = false, plots = true;
+  int threads = 0;
+  size_t top = 5;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      TITAN_CONFIG_CHECK(i + 1 < args.size(), "titan-study: ", a, " needs a value\n", study_usage());
+      return args[++i];
+    };
+    auto count = [&](const std::string& v) {
+      TITAN_CONFIG_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos, "titan-study: ", a,
+                         " takes a count, got '", v, "'");
+      return std::stoi(v);
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << study_usage();
+      return 0;
+    } else if (a == "--study") study_path = value();
+    else if (a == "--search") search = true;
+    else if (a == "--threads") threads = count(value());
+    else if (a == "--top") top = static_cast<size_t>(count(value()));
+    else if (a == "--prices") prices_path = value();
+    else if (a == "--out") out = value();
+    else if (a == "--no-plots") plots = false;
+    else cfg_args.push_back(a);
+  }
+  TITAN_CONFIG_CHECK(!study_path.empty() || search, "titan-study: give --study SWEEP.toml, --search or both\n",
+                     study_usage());
+  const JobConfig base = load_job_config(cfg_args);
+  const PriceTable prices = read_prices(prices_path);
+  RecordingCache cache;
+  SweepFile sweep;
+  if (!study_path.empty()) sweep = read_sweep_file(study_path);
+  if (out.empty()) out = base.job.dump_folder + "/study/" + (sweep.name.empty() ? "search" : sweep.name);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : sweep.axes) keys.push_back(k);
+
+  if (study_path.empty()) {  // --search on the base config alone
+    SearchResult r = search_layouts(base, SearchSpace{}, cache, threads, "titan-study search");
+    print_stats("search", r.stats, cache);
+    std::cout << "best layouts for " << base.simulation.num_chips << " x " << base.simulation.device << " ("
+              << r.points.size() << " configurations):\n"
+              << format_search(r, top);
+    std::vector<Point> ranked;
+    for (size_t i : r.ranked) ranked.push_back(r.points[i]);
+    std::cout << "wrote " << write_results(out, {}, ranked, prices) << " (fitting layouts, best first)\n";
+    return 0;
+  }
+  if (sweep.search || search) {  // a layout search per combination: the best-layout table
+    BestLayoutTable t =
+        best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path));
+    print_stats("searches", t.stats, cache);
+    std::cout << format_best_layout_table(t, prices);
+    std::cout << "wrote " << write_results(out, keys, t.best, prices) << "\n";
+    std::cout << "wrote " << write_best_layout_markdown(out + "/table.md", t, prices) << "\n";
+    return 0;
+  }
+  SweepRun run = run_sweep(base, sweep.combinations(), cache, threads, "titan-study " + sweep.name);
+  print_stats("sweep", run.stats, cache);
+  std::cout << "wrote " << write_results(out, keys, run.points, prices) << "\n";
+  if (plots)
+    for (const auto& png : draw_plots(out, sweep.name, sweep.x_key, keys, run.points)) std::cout << "wrote " << png << "\n";
+  return 0;
+}
+
+}  // namespace titan::study

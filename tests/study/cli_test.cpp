@@ -1,0 +1,71 @@
+// titan-study as a user runs it: a sweep file in, results.csv / results.jsonl and PNG plots
+// out, byte-identical on 1 and 2 threads; bad input is a clear error and exit status 2.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <algorithm>
+
+#include "study/plots.h"
+#include "study_fixture.h"
+
+namespace titan::study {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string tiny_args() {
+  return "--config " + std::string(TITAN_SOURCE_DIR) +
+         "/configs/qwen3_8b.toml --model.n_layers 2 --model.dim 256 --model.ffn_dim 768 --model.n_heads 8 "
+         "--model.n_kv_heads 4 --model.head_dim 32 --model.vocab_size 4096 --training.seq_len 512 "
+         "--simulation.device tpu-v5p";
+}
+
+int run(const std::string& args, const std::string& log) {
+  const std::string cmd = std::string(TITAN_BINARY_DIR) + "/bin/titan-study " + args + " >" + log + " 2>&1";
+  return WEXITSTATUS(std::system(cmd.c_str()));
+}
+
+TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
+  const std::string dir = testing::tmp_dir("cli");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/sweep.toml");
+    f << "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
+         "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n";
+  }
+  const std::string base = tiny_args() + " --study " + dir + "/sweep.toml --out ";
+  ASSERT_EQ(run(base + dir + "/t1 --threads 1", dir + "/t1.log"), 0) << read(dir + "/t1.log");
+  ASSERT_EQ(run(base + dir + "/t2 --threads 2", dir + "/t2.log"), 0) << read(dir + "/t2.log");
+  const std::string rows = read(dir + "/t1/results.jsonl");
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 4);
+  EXPECT_EQ(rows, read(dir + "/t2/results.jsonl"));
+  EXPECT_EQ(read(dir + "/t1/results.csv"), read(dir + "/t2/results.csv"));
+  EXPECT_NE(read(dir + "/t2.log").find("4/4 done"), std::string::npos) << read(dir + "/t2.log");
+  if (!find_gnuplot().empty()) {
+    EXPECT_TRUE(is_png(dir + "/t1/cli_mfu.png"));
+    EXPECT_TRUE(is_png(dir + "/t1/cli_breakdown.png"));
+  }
+}
+
+TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
+  const std::string dir = testing::tmp_dir("cli_bad");
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(run(tiny_args(), dir + "/none.log"), 2);
+  EXPECT_NE(read(dir + "/none.log").find("--study"), std::string::npos);
+  EXPECT_EQ(run(tiny_args() + " --study " + dir + "/missing.toml", dir + "/missing.log"), 2);
+  EXPECT_NE(read(dir + "/missing.log").find("missing.toml"), std::string::npos);
+  EXPECT_EQ(run(tiny_args() + " --search --threads x", dir + "/threads.log"), 2);
+  EXPECT_NE(read(dir + "/threads.log").find("--threads"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan::study

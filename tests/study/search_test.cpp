@@ -1,0 +1,93 @@
+// titan-study --search: every returned layout fits and its degrees multiply to the chip
+// count, families with no fitting member say why, and the ranking is deterministic.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "study/layout_search.h"
+#include "study_fixture.h"
+
+namespace titan::study {
+namespace {
+
+using testing::small_hbm_chip_file;
+using testing::tiny_config;
+
+SearchSpace small_space() {
+  SearchSpace s;
+  s.tp = {1, 2, 3};  // 3 does not divide 8 chips
+  s.pp = {1, 2};
+  s.dp_replicate = {1, 2};
+  s.local_batch = {1, 16};
+  s.pp_microbatches = {1};
+  s.schedules = {"1F1B"};
+  s.activation_checkpoint = {"none", "full"};
+  s.collective_modes = {"fused", "separate"};
+  return s;
+}
+
+JobConfig small_hbm_config() {
+  return tiny_config({"--simulation.chip_file", small_hbm_chip_file(), "--simulation.device", "small-hbm",
+                      "--training.seq_len", "4096"});
+}
+
+TEST(StudySearch, ReturnsOnlyFittingLayoutsThatMultiplyToTheChipCount) {
+  const JobConfig base = small_hbm_config();
+  RecordingCache cache;
+  const SearchResult r = search_layouts(base, small_space(), cache, 2, "");
+  ASSERT_FALSE(r.ranked.empty());
+  int64_t oom = 0;
+  for (const auto& p : r.points) oom += p.verdict == Verdict::kDoesNotFit;
+  EXPECT_GT(oom, 0) << "the test chip should make some layouts too big";
+  double prev = 1e300;
+  for (size_t i : r.ranked) {
+    const Point& p = r.points[i];
+    EXPECT_EQ(p.verdict, Verdict::kOk);
+    EXPECT_TRUE(p.result.memory.fits) << p.result.memory.describe();
+    const auto& d = p.result.dims;
+    EXPECT_EQ(d.pp * d.dp_replicate * d.dp_shard * d.cp * d.tp, base.simulation.num_chips);
+    EXPECT_LE(p.result.tokens_per_s_per_chip, prev);
+    prev = p.result.tokens_per_s_per_chip;
+  }
+  // tp 3 is skipped for divisibility, and says so.
+  bool divisibility = false;
+  for (const auto& [fam, why] : r.rejected)
+    divisibility |= fam.find("tp 3") != std::string::npos && why.find("divisibility") == 0;
+  EXPECT_TRUE(divisibility);
+  const std::string text = format_search(r, 5);
+  EXPECT_NE(text.find("rejected families"), std::string::npos) << text;
+}
+
+TEST(StudySearch, SameVerdictsAcrossThreadCountsAndCaches) {
+  // Two searches in one process with their own caches record every step twice. The
+  // recorder's data-flow links follow tensor storages by address, so a recording depends
+  // slightly on the heap's history (a second recording of one config in the same process
+  // can differ by ~0.1% of the step); verdicts and rejected families do not. Byte-identical
+  // output across thread counts, one process each, is checked in cli_test.cpp.
+  const JobConfig base = small_hbm_config();
+  RecordingCache c1, c2;
+  const SearchResult a = search_layouts(base, small_space(), c1, 1, "");
+  const SearchResult b = search_layouts(base, small_space(), c2, 2, "");
+  ASSERT_EQ(a.points.size(), b.points.size());
+  for (size_t i = 0; i < a.points.size(); ++i) {
+    EXPECT_EQ(a.points[i].verdict, b.points[i].verdict) << i;
+    const double t = a.points[i].result.report.step_time_s;
+    EXPECT_NEAR(a.points[i].result.report.step_time_s, b.points[i].result.report.step_time_s, 0.02 * t) << i;
+  }
+  EXPECT_EQ(a.rejected, b.rejected);
+}
+
+TEST(StudySearch, EnumerationCoversEveryDivisorLayoutOnce) {
+  std::map<std::string, std::string> skipped;
+  const auto c = enumerate_layouts(8, small_space(), skipped);
+  // pp {1,2} x tp {1,2} x dp_replicate {1,2} divide 8: 8 families; tp 3: 4 skipped.
+  // pp 1: 2 batch sizes; pp 2: 1 schedule x 1; each x 2 AC x 2 modes.
+  EXPECT_EQ(c.size(), 4u * 2 * 4 + 4u * 1 * 4);
+  EXPECT_EQ(skipped.size(), 4u);
+  std::set<Overrides> unique;
+  for (const auto& x : c) unique.insert(x.overrides);
+  EXPECT_EQ(unique.size(), c.size());
+}
+
+}  // namespace
+}  // namespace titan::study
