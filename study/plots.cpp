@@ -79,7 +79,7 @@ std::vector<std::string> draw_plots(const std::string& folder, const std::string
     }
     dat.close();
     std::ofstream gp(base + "_mfu.gp");
-    gp << "set terminal pngcairo size 960,600 font 'sans,11'\nset output " << quoted(base + "_mfu.png") << "\n"
+    gp << "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\nset output " << quoted(base + "_mfu.png") << "\n"
        << "set title " << quoted(name + ": MFU (simulated)") << "\nset xlabel " << quoted(x_key)
        << "\nset ylabel 'MFU (%)'\nset grid\nset key outside right\nset yrange [0:*]\n";
     if (x_key == "simulation.num_chips") gp << "set logscale x 2\nset format x '%.0f'\n";
@@ -110,7 +110,7 @@ std::vector<std::string> draw_plots(const std::string& folder, const std::string
   }
   dat.close();
   std::ofstream gp(base + "_breakdown.gp");
-  gp << "set terminal pngcairo size " << std::max(960, 40 * rows + 200) << ",640 font 'sans,10'\nset output "
+  gp << "set terminal pngcairo noenhanced size " << std::max(960, 40 * rows + 200) << ",640 font 'sans,10'\nset output "
      << quoted(base + "_breakdown.png") << "\nset title " << quoted(name + ": step time breakdown (simulated)")
      << "\nset ylabel 'share of step time (%)'\nset yrange [0:100]\nset style data histograms\n"
      << "set style histogram rowstacked\nset style fill solid 0.85 border -1\nset boxwidth 0.8\n"

@@ -10,6 +10,7 @@
 #include "study/plots.h"
 #include "study/results_io.h"
 #include "study/sweep_runner.h"
+#include "trainer/simulate/chrome_trace.h"
 #include "trainer/config/config_loader.h"
 
 namespace titan::study {
@@ -20,6 +21,7 @@ std::string study_usage() {
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
          "  --search  the best layouts for the base config's model, device and chip count\n"
+         "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
 }
 
@@ -34,12 +36,25 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
                static_cast<long long>(cache.lookups()));
 }
 
+void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
+  const auto rec = cache.get(cfg);
+  TITAN_CONFIG_CHECK(!rec->pipeline, "titan-study --trace: pipeline-parallel steps have no timeline trace yet "
+                                     "(their replay times schedule actions, not a single timeline)");
+  const devices::ChipSpec chip = simulated_chip(cfg);
+  const auto placement =
+      devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
+  const SimulationResult r = replay_step(cfg, *rec, chip, placement, /*keep_events=*/true);
+  const std::string title = std::to_string(cfg.simulation.num_chips) + " x " + cfg.simulation.device + ", " +
+                            layout_string(r.dims) + ", " + r.report.collective_mode;
+  std::cout << "wrote " << write_chrome_trace(path, r.report, title) << " (chrome://tracing, ui.perfetto.dev)\n";
+}
+
 }  // namespace
 
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
-  bool search = false, plots = true;
+  bool search = false, plots = true, trace = false;
   int threads = 0;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -63,10 +78,11 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--prices") prices_path = value();
     else if (a == "--out") out = value();
     else if (a == "--no-plots") plots = false;
+    else if (a == "--trace") trace = true;
     else cfg_args.push_back(a);
   }
-  TITAN_CONFIG_CHECK(!study_path.empty() || search, "titan-study: give --study SWEEP.toml, --search or both\n",
-                     study_usage());
+  TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
+                     "titan-study: give --study SWEEP.toml, --search, --trace or a combination\n", study_usage());
   const JobConfig base = load_job_config(cfg_args);
   const PriceTable prices = read_prices(prices_path);
   RecordingCache cache;
@@ -76,6 +92,8 @@ int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : sweep.axes) keys.push_back(k);
 
+  if (trace) write_step_trace(base, cache, out + "/step_trace.json");
+  if (study_path.empty() && !search) return 0;
   if (study_path.empty()) {  // --search on the base config alone
     SearchResult r = search_layouts(base, SearchSpace{}, cache, threads, "titan-study search");
     print_stats("search", r.stats, cache);
