@@ -280,6 +280,11 @@ void flatten(const toml::table& t, const std::string& prefix,
 // nullptr, after noting it in cfg.ignored_keys, for a TorchTitan key titan does not implement.
 KeySpec* resolve_key(JobConfig& cfg, Registry& reg, const std::string& written, const std::string& where) {
   const std::string full = titan_key_for(written);
+  // A key titan registers is honoured even where TorchTitan's list calls its section or key
+  // unimplemented: the registry, not that list, says what titan implements.
+  for (auto& s : reg.keys) {
+    if (s.full() == full) return &s;
+  }
   if (torchtitan_only_key(full)) {
     cfg.ignored_keys.push_back(written);
     return nullptr;
@@ -312,7 +317,9 @@ void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file
     TITAN_CONFIG_CHECK(node.is_table(), where_s, "'", section.str(),
                        "' is outside any [section]; every key belongs to one, e.g. [training]");
     const std::string sec(section.str());
-    if (!torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
+    const bool registered = std::any_of(reg.keys.begin(), reg.keys.end(),
+                                        [&](const KeySpec& k) { return k.section == sec; });
+    if (registered || !torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
     std::vector<std::pair<std::string, const toml::node*>> entries;
     flatten(*node.as_table(), sec + ".", entries);
     for (auto& [name, value] : entries) {
