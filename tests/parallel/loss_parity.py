@@ -8,6 +8,11 @@ relative tolerance. Usage:
 A layout is NAME:NP:override,override,... e.g. fsdp4:4:--parallelism.data_parallel_shard_degree=4
 An argument +override,override,... adds overrides to every run, the single process included
 (e.g. +--model.vocab_size=258 so that the vocabulary divides over tensor parallelism).
+An argument ^override,... adds overrides to the single process only: pipeline layouts give
+it their micro-batch size (^--training.local_batch_size=1), because a weight gradient summed
+over 32 or 64 tokens in one GEMM rounds differently, and Adam amplifies that past 1e-5 in
+ten steps (measured: one process at local batch 1 vs 2 differs by 1.08e-5 on
+attention.wo, exactly as much as PP 2 does, while PP 2 against local batch 1 agrees to 1e-7).
 """
 import json
 import os
@@ -68,10 +73,11 @@ def main():
     runner, mpirun, layouts = args[0], args[1:sep], args[sep + 1:]
     for extra in [a for a in layouts if a.startswith("+")]:
         BASE.extend(o for o in extra[1:].split(",") if o)
-    layouts = [a for a in layouts if not a.startswith("+")]
+    single_only = [o for a in layouts if a.startswith("^") for o in a[1:].split(",") if o]
+    layouts = [a for a in layouts if not a.startswith(("+", "^"))]
     tmp = tempfile.mkdtemp(prefix="titan_parity_")
     ref_path = os.path.join(tmp, "single.safetensors")
-    run(runner, mpirun, 1, [], ref_path, os.path.join(tmp, "single"))
+    run(runner, mpirun, 1, single_only, ref_path, os.path.join(tmp, "single"))
     ref = read(ref_path)
     print("single process losses:", " ".join(f"{x:.6f}" for x in ref["losses"]))
     failed = []
