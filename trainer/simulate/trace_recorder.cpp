@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -55,9 +56,23 @@ int64_t ivalue_bytes(const c10::IValue& v) {
 }
 
 // A tensor's identity for the data flow: its storage (views share it, in-place ops write it).
+// Each storage seen gets the next number and is kept alive until the recording ends: an
+// address alone would be reused by a later allocation, linking unrelated ops and making the
+// trace depend on the process's heap history. Meta storages hold no memory.
+std::mutex storage_mu;
+std::unordered_map<const c10::StorageImpl*, std::pair<int64_t, c10::Storage>> storage_ids;
+
 int64_t storage_id(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return 0;
-  return static_cast<int64_t>(reinterpret_cast<intptr_t>(t.storage().unsafeGetStorageImpl()));
+  std::lock_guard<std::mutex> lock(storage_mu);
+  auto [it, added] = storage_ids.try_emplace(t.storage().unsafeGetStorageImpl());
+  if (added) it->second = {static_cast<int64_t>(storage_ids.size()), t.storage()};
+  return it->second.first;
+}
+
+void forget_storages() {
+  std::lock_guard<std::mutex> lock(storage_mu);
+  storage_ids.clear();
 }
 
 void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
@@ -273,6 +288,7 @@ TraceRecorder::TraceRecorder(bool fuse_attention) {
     fuse_attention_scope = fuse_attention;
     intervals.clear();
   }
+  forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
   handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
                                       .needsInputs(true)
@@ -285,6 +301,7 @@ TraceRecorder::TraceRecorder(bool fuse_attention) {
 TraceRecorder::~TraceRecorder() {
   at::removeCallback(handle_);
   set_sim_listener(nullptr);
+  forget_storages();
   std::lock_guard<std::mutex> lock(mu);
   active = nullptr;
   intervals.clear();
