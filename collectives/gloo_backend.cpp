@@ -1,11 +1,10 @@
 // The gloo backend: the gloo library over TCP, one gloo context per group, ranks meeting
-// through a file store. libtorch 1.13's ProcessGroupGloo lacks reduce_scatter and
+// through a file or TCP store (gloo_store.h). libtorch 1.13's ProcessGroupGloo lacks reduce_scatter and
 // allgather_base, so this talks to gloo directly.
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -18,6 +17,7 @@
 #include <sstream>
 
 #include "collectives/backend.h"
+#include "collectives/gloo_store.h"
 #include "collectives/launch_env.h"
 #include "collectives/transport_communicator.h"
 #include "collectives/watchdog.h"
@@ -188,18 +188,8 @@ class GlooBackend : public Backend {
   explicit GlooBackend(const CommOptions& options)
       : options_(options), env_(detect_launch_env()), generation_(g_world_generation++) {
     if (env_.size == 1) return;  // no peers: no device, no store
-    dir_ = options_.rendezvous_dir;
-    if (dir_.empty()) {
-      TITAN_CONFIG_CHECK(!env_.job_id.empty(),
-                         "gloo backend with ", env_.size, " ranks (from ", env_.source,
-                         "): set comm.rendezvous_dir or TITAN_RUN_ID so the ranks can meet");
-      dir_ = "/tmp/titan-gloo-" + env_.job_id;
-      owns_dir_ = true;
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    TITAN_CONFIG_CHECK(!ec, "gloo rendezvous folder ", dir_, ": ", ec.message());
-    store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_);
+    plan_ = plan_gloo_rendezvous(options_, env_);
+    store_ = open_gloo_store(plan_, options_, env_);
     gloo::transport::tcp::attr attr;
     if (const char* ifname = std::getenv("TITAN_GLOO_IFNAME"); ifname && *ifname) {
       attr.iface = ifname;
@@ -234,7 +224,7 @@ class GlooBackend : public Backend {
     // The same group may be built twice (two meshes): members count alike.
     prefix << "/" << created_[prefix.str()]++;
     OpInfo info;
-    info.op = "new_group (gloo rendezvous in " + dir_ + ")";
+    info.op = "new_group (gloo rendezvous, " + plan_.where + ")";
     info.group = name;
     info.group_rank = me;
     info.group_size = static_cast<int>(ranks.size());
@@ -255,9 +245,9 @@ class GlooBackend : public Backend {
   void shutdown(Communicator& world) override {
     if (env_.size == 1) return;
     world.barrier()->wait();  // nobody reads the store any more
-    if (owns_dir_ && env_.rank == 0) {
+    if (plan_.owns_dir && env_.rank == 0) {
       std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
+      std::filesystem::remove_all(plan_.dir, ec);
     }
   }
 
@@ -265,9 +255,8 @@ class GlooBackend : public Backend {
   CommOptions options_;
   LaunchEnv env_;
   int generation_;
-  std::string dir_;
-  bool owns_dir_ = false;
-  std::unique_ptr<gloo::rendezvous::FileStore> store_;
+  GlooRendezvousPlan plan_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::string, int> created_;
 };

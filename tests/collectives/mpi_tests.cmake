@@ -50,3 +50,18 @@ add_test(NAME launch_titan_launch_gloo_np2
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(launch_titan_launch_gloo_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2
                      ENVIRONMENT "TITAN_LAUNCH_BINARY=$<TARGET_FILE:collectives_multirank>")
+
+# gloo rendezvous (tests/collectives/gloo_rendezvous.py): a TCP store, by hand-set ranks
+# (no job id, so no file store is possible) and under mpirun from Open MPI's launcher host;
+# an unreachable store fails fast, naming host:port and rank.
+set(_rdzv /usr/bin/python3 ${_coll}/gloo_rendezvous.py)
+add_test(NAME collectives_gloo_tcp_store_np2
+         COMMAND ${_rdzv} tcp-manual 2 $<TARGET_FILE:collectives_multirank> --backend=gloo)
+add_test(NAME collectives_gloo_tcp_store_ompi_np4
+         COMMAND ${_rdzv} tcp-ompi ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -x TITAN_MASTER_PORT
+                 -np 4 $<TARGET_FILE:collectives_timeout_probe> --backend=gloo --mode=ok)
+add_test(NAME collectives_gloo_tcp_store_unreachable
+         COMMAND ${_rdzv} unreachable $<TARGET_FILE:collectives_timeout_probe>)
+set_tests_properties(collectives_gloo_tcp_store_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2)
+set_tests_properties(collectives_gloo_tcp_store_ompi_np4 PROPERTIES TIMEOUT 120 PROCESSORS 4)
+set_tests_properties(collectives_gloo_tcp_store_unreachable PROPERTIES TIMEOUT 60)
