@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "collectives/abort_cleanup.h"
 #include "collectives/backend.h"
 #include "collectives/gloo_store.h"
 #include "collectives/launch_env.h"
@@ -189,6 +190,7 @@ class GlooBackend : public Backend {
       : options_(options), env_(detect_launch_env()), generation_(g_world_generation++) {
     if (env_.size == 1) return;  // no peers: no device, no store
     plan_ = plan_gloo_rendezvous(options_, env_);
+    if (plan_.owns_dir) remove_on_abort(plan_.dir);
     store_ = open_gloo_store(plan_, options_, env_);
     gloo::transport::tcp::attr attr;
     if (const char* ifname = std::getenv("TITAN_GLOO_IFNAME"); ifname && *ifname) {
@@ -205,6 +207,17 @@ class GlooBackend : public Backend {
                         attr.iface.empty() ? "host " + attr.hostname : "interface " + attr.iface,
                         ": ", e.what(), " (set TITAN_GLOO_IFNAME or TITAN_GLOO_HOST)");
     }
+  }
+
+  // Not shut down (an error unwinds past the World): the job is failing, and a plain mpirun
+  // removes nothing, so whichever rank gets here removes the folder the job made.
+  ~GlooBackend() override {
+    if (!plan_.owns_dir) return;
+    if (!shut_down_) {
+      std::error_code ec;
+      std::filesystem::remove_all(plan_.dir, ec);
+    }
+    keep_on_abort(plan_.dir);
   }
 
   std::string name() const override { return "gloo"; }
@@ -245,6 +258,7 @@ class GlooBackend : public Backend {
   void shutdown(Communicator& world) override {
     if (env_.size == 1) return;
     world.barrier()->wait();  // nobody reads the store any more
+    shut_down_ = true;
     if (plan_.owns_dir && env_.rank == 0) {
       std::error_code ec;
       std::filesystem::remove_all(plan_.dir, ec);
@@ -256,6 +270,7 @@ class GlooBackend : public Backend {
   LaunchEnv env_;
   int generation_;
   GlooRendezvousPlan plan_;
+  bool shut_down_ = false;
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::string, int> created_;

@@ -1,9 +1,13 @@
 #include "collectives/watchdog.h"
 
+#include "collectives/abort_cleanup.h"
+
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 #include <sstream>
 
 namespace titan {
@@ -16,6 +20,10 @@ std::mutex& hook_mutex() {
 std::function<void(int)>& hook() {
   static std::function<void(int)> h;
   return h;
+}
+std::multiset<std::string>& abort_dirs() {
+  static std::multiset<std::string> dirs;
+  return dirs;
 }
 }  // namespace
 
@@ -33,6 +41,17 @@ void set_job_abort_hook(std::function<void(int)> h) {
   hook() = std::move(h);
 }
 
+void remove_on_abort(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  abort_dirs().insert(dir);
+}
+
+void keep_on_abort(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  auto it = abort_dirs().find(dir);
+  if (it != abort_dirs().end()) abort_dirs().erase(it);
+}
+
 void abort_job(const std::string& message) {
   std::fprintf(stderr, "titan: %s\n", message.c_str());
   std::fflush(stderr);
@@ -46,6 +65,12 @@ void abort_job(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(hook_mutex());
     h = hook();
+    // Every rank that fails removes them: the first one to go may be any rank, and the
+    // others may be killed by the launcher before they get here.
+    for (const std::string& dir : abort_dirs()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
   }
   if (h) h(kCommFailureExitCode);
   _exit(kCommFailureExitCode);

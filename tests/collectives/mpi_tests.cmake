@@ -53,7 +53,8 @@ set_tests_properties(launch_titan_launch_gloo_np2 PROPERTIES TIMEOUT 120 PROCESS
 
 # gloo rendezvous (tests/collectives/gloo_rendezvous.py): a TCP store, by hand-set ranks
 # (no job id, so no file store is possible) and under mpirun from Open MPI's launcher host;
-# an unreachable store fails fast, naming host:port and rank.
+# an unreachable store fails fast, naming host:port and rank; after a plain mpirun failure
+# the /tmp rendezvous folder is gone (removed by the collective layer, not a launcher).
 set(_rdzv /usr/bin/python3 ${_coll}/gloo_rendezvous.py)
 add_test(NAME collectives_gloo_tcp_store_np2
          COMMAND ${_rdzv} tcp-manual 2 $<TARGET_FILE:collectives_multirank> --backend=gloo)
@@ -62,6 +63,12 @@ add_test(NAME collectives_gloo_tcp_store_ompi_np4
                  -np 4 $<TARGET_FILE:collectives_timeout_probe> --backend=gloo --mode=ok)
 add_test(NAME collectives_gloo_tcp_store_unreachable
          COMMAND ${_rdzv} unreachable $<TARGET_FILE:collectives_timeout_probe>)
-set_tests_properties(collectives_gloo_tcp_store_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2)
+foreach(mode skip die)
+  add_test(NAME collectives_gloo_rendezvous_removed_${mode}
+           COMMAND ${_rdzv} cleanup ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 2
+                   $<TARGET_FILE:collectives_timeout_probe> --backend=gloo --mode=${mode})
+endforeach()
+set_tests_properties(collectives_gloo_tcp_store_np2 collectives_gloo_rendezvous_removed_skip
+                     collectives_gloo_rendezvous_removed_die PROPERTIES TIMEOUT 120 PROCESSORS 2)
 set_tests_properties(collectives_gloo_tcp_store_ompi_np4 PROPERTIES TIMEOUT 120 PROCESSORS 4)
 set_tests_properties(collectives_gloo_tcp_store_unreachable PROPERTIES TIMEOUT 60)
