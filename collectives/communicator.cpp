@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -92,6 +94,13 @@ void Communicator::begin_op(const char* op, int64_t bytes) {
 
 template <typename F>
 void Communicator::run_watched(const char* op, int64_t bytes, F& fn) {
+  c10::IValue inputs[2];  // declared first: they outlive the scope, whose end callbacks may read them
+  at::RecordFunction scope(at::RecordScope::USER_SCOPE);
+  if (scope.isActive()) {
+    inputs[0] = name_;
+    inputs[1] = bytes;
+    scope.before(std::string(kCollectiveScopePrefix) + op, c10::ArrayRef<const c10::IValue>(inputs, 2));
+  }
   begin_op(op, bytes);
   struct End {
     Communicator* c;

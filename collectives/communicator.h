@@ -135,6 +135,12 @@ class Communicator {
   std::unique_ptr<ProgressThread> progress_;  // created on the first async op
 };
 
+// Every collective a communicator runs is an at::RecordFunction user scope named
+// kCollectiveScopePrefix + op ("titan::comm::all_gather"), with the group name and the call's
+// bytes as its two inputs, on the thread that runs it: profilers see collectives beside the
+// aten ops (trainer/step_profiler.h). Inactive scopes cost one check of the callback lists.
+inline constexpr char kCollectiveScopePrefix[] = "titan::comm::";
+
 // Process-wide observer of every collective a communicator runs (op, group, total bytes of
 // the call), called on the thread that runs it; for op logs and tests that compare a real
 // run's collectives with a simulated one. Empty (default): nothing is called.

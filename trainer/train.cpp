@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/peak_flops.h"
+#include "trainer/step_profiler.h"
 #include "trainer/stop_signals.h"
 #include "trainer/step/trainer.h"
 
@@ -37,6 +38,7 @@ TrainResult train(const JobConfig& cfg) {
   Checkpointer checkpointer(trainer);  // resumes (or loads initial weights) when configured
   checkpointer.load_at_start();
   if (checkpointer.create_seed_checkpoint()) return result;
+  StepProfiler profiler(cfg, trainer.world().comm().get());
   MetricsLogger logger(cfg.job.dump_folder, writer, /*append=*/trainer.step() > 0);
   // A stop signal counts once every rank has seen it (the ranks agree at step ends, so that
   // none enters a step the others left).
@@ -66,8 +68,11 @@ TrainResult train(const JobConfig& cfg) {
       stop_now(signo);
       break;
     }
+    profiler.before_step(trainer.step() + 1);
     const Trainer::StepResult r = trainer.train_step();
     const int64_t step = trainer.step();
+    const std::string trace = profiler.after_step(step);
+    if (!trace.empty() && writer) std::printf("titan: profiling: wrote %s (step %lld)\n", trace.c_str(), static_cast<long long>(step));
     const bool stop = checkpointer.after_step(step, cfg.training.steps);  // true: test hook exit_after_step
     result.losses.push_back(r.loss);
     result.grad_norms.push_back(r.grad_norm);

@@ -44,3 +44,14 @@ foreach(scenario signal determinism launchers extend mfu rank_killed bad_inputs)
   set_tests_properties(trainer_hardening_${scenario} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 set_tests_properties(trainer_hardening_rank_killed PROPERTIES PROCESSORS 4)
+
+# [profiling]: Chrome traces of real steps on 2 ranks (merged, aten ops and collectives per
+# rank) and of a simulated step (tests/trainer/profiling_cli.py).
+foreach(scenario real simulated)
+  add_test(NAME trainer_profiling_${scenario}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/profiling_cli.py ${scenario}
+                   --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
+                   --workdir ${CMAKE_BINARY_DIR}/profiling_tests
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(trainer_profiling_${scenario} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()

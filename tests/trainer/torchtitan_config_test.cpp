@@ -33,7 +33,11 @@ TEST(TorchTitanConfig, Llama3LoadsWithOneWarning) {
   JobConfig cfg = load_capturing("torchtitan_llama3_8b.toml", &err);
   EXPECT_EQ(count_lines_with(err, "warning"), 1u) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  for (const char* k : {"profiling.enable_profiling", "metrics.enable_tensorboard", "metrics.save_tb_folder",
+  EXPECT_EQ(err.find("profiling"), std::string::npos) << "[profiling] is implemented: " << err;
+  EXPECT_TRUE(cfg.profiling.enable_profiling);
+  EXPECT_EQ(cfg.profiling.save_traces_folder, "profile_trace");
+  EXPECT_EQ(cfg.profiling.profile_freq, 100);
+  for (const char* k : {"metrics.enable_tensorboard", "metrics.save_tb_folder",
                         "model.hf_assets_path", "compile.enable", "activation_checkpoint.selective_ac_option",
                         "quantize.linear.float8.filter_fqns", "validation.freq", "training.dataset = \"c4\""}) {
     EXPECT_NE(err.find(k), std::string::npos) << k << " missing from: " << err;

@@ -129,6 +129,11 @@ Registry make_registry(JobConfig& c) {
   r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,
         "peak FLOP/s per rank for MFU (0: measured)");
 
+  r.add("profiling", "enable_profiling", &c.profiling.enable_profiling,
+        "Chrome trace of every profile_freq-th step (simulated: of the simulated step)");
+  r.add("profiling", "save_traces_folder", &c.profiling.save_traces_folder, "under dump_folder");
+  r.add("profiling", "profile_freq", &c.profiling.profile_freq, 1, kInf, "steps between traced steps");
+
   r.add("comm", "backend", &c.comm.backend, "collective backend");
   r.add("comm", "collective_mode", &c.comm.collective_mode,
         "coalesced async collectives, or one blocking unit per collective");

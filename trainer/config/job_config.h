@@ -128,6 +128,14 @@ struct SimulationSection {
   bool allow_oom = false;      // report a layout that does not fit instead of refusing it
 };
 
+// TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a
+// simulated step.
+struct ProfilingSection {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";  // under job.dump_folder
+  int64_t profile_freq = 10;                          // every profile_freq-th step is traced
+};
+
 struct JobConfig {
   JobSection job;
   ModelSection model;
@@ -138,6 +146,7 @@ struct JobConfig {
   CheckpointSection checkpoint;
   ActivationCheckpointSection activation_checkpoint;
   MetricsSection metrics;
+  ProfilingSection profiling;
   CommSection comm;
   SimulationSection simulation;
   std::string source_file;  // the TOML file it came from, "" if none

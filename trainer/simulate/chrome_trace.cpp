@@ -58,4 +58,8 @@ std::string write_chrome_trace(const std::string& path, const devices::StepRepor
   return path;
 }
 
+std::string traces_folder(const JobConfig& cfg) {
+  return (std::filesystem::path(cfg.job.dump_folder) / cfg.profiling.save_traces_folder).string();
+}
+
 }  // namespace titan

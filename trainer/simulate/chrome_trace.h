@@ -7,6 +7,7 @@
 #include <string>
 
 #include "devices/step_simulator.h"
+#include "trainer/config/job_config.h"
 
 namespace titan {
 
@@ -15,5 +16,9 @@ std::string chrome_trace_json(const devices::StepReport& report, const std::stri
 
 // Writes the JSON to `path` (creating its folder); returns the path.
 std::string write_chrome_trace(const std::string& path, const devices::StepReport& report, const std::string& title);
+
+// <job.dump_folder>/<profiling.save_traces_folder>: where traces go, real
+// (trainer/step_profiler.h) or simulated.
+std::string traces_folder(const JobConfig& cfg);
 
 }  // namespace titan

@@ -22,6 +22,7 @@
 #include "trainer/components/optimizer.h"
 #include "trainer/step/parallelize.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/simulate/chrome_trace.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
 
@@ -323,6 +324,18 @@ void run_simulation(const JobConfig& cfg) {
   TITAN_CHECK(f.good(), "cannot write ", path);
   f << to_json(r) << "\n";
   std::cout << "  wrote           " << path << std::endl;
+  if (cfg.profiling.enable_profiling) {
+    if (cfg.parallelism.pipeline_parallel_degree > 1) {
+      // A pipeline step is replayed as per-rank schedule actions, not one timeline.
+      std::cout << "  profiling:      no simulated trace under pipeline parallelism (not built)" << std::endl;
+      return;
+    }
+    const RecordedStep rec = record_step(cfg);
+    const SimulationResult traced = replay_step(cfg, rec, rec.chip, rec.placement, /*keep_events=*/true);
+    const std::string trace = write_chrome_trace(traces_folder(cfg) + "/simulated_step.json", traced.report,
+                                                 "simulated step: " + traced.placement);
+    std::cout << "  wrote           " << trace << " (Chrome trace of the simulated step)" << std::endl;
+  }
 }
 
 }  // namespace titan
