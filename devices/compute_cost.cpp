@@ -28,6 +28,11 @@ double pad(int64_t d, int64_t tile) {
   return static_cast<double>(d) / static_cast<double>(tiles * tile);
 }
 
+// A matmul whose tile and wave losses exceed this share runs where the shape model alone sets
+// its time: the one measured point of any chip is a large square GEMM, whose shape losses are
+// a few percent (8192^3 on 132 SMs: 3%).
+constexpr double kMeasuredShapeFactor = 0.8;
+
 bool fusable(OpKind k) {
   return k == OpKind::kElementwise || k == OpKind::kReduction || k == OpKind::kView;
 }
@@ -51,6 +56,19 @@ const char* execution_name(ExecutionMode m) {
     case ExecutionMode::kEager: return "eager";
     case ExecutionMode::kDeferAndFuse: return "defer_and_fuse";
     case ExecutionMode::kCompiled: return "compiled";
+  }
+  return "?";
+}
+
+const char* cost_basis_name(CostBasis b) {
+  switch (b) {
+    case CostBasis::kMatmulMeasured: return "matmul at a measured rate";
+    case CostBasis::kMatmulDatasheet: return "matmul at the datasheet clock (no measured rate for this chip)";
+    case CostBasis::kMatmulShape: return "thin matmul shapes (tile/wave model or memory roofline, not measured)";
+    case CostBasis::kAttention: return "flash attention (efficiency vs a GEMM from GPU papers, not measured here)";
+    case CostBasis::kMemory: return "memory-bound kernels (bytes from recorded ops and the fusion model, streaming efficiency assumed)";
+    case CostBasis::kVector: return "vector-unit math (assumed share of the matrix peak)";
+    case CostBasis::kNone: return "no time";
   }
   return "?";
 }
@@ -254,6 +272,26 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   }
 }
 
+// What a lone op's time rests on. The matmul rate counts as measured only where a measurement
+// sets it: the cpu device's calibration, or a sustained clock (chips without one are assumed
+// to hold their datasheet clock).
+CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
+  switch (op.kind) {
+    case OpKind::kView: return CostBasis::kNone;
+    case OpKind::kAttention: return CostBasis::kAttention;
+    case OpKind::kMatmul: {
+      if (t.memory_s > t.compute_s) return CostBasis::kMatmulShape;
+      const bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
+      if (shaped && matmul_efficiency(op.mm) < kMeasuredShapeFactor * chip_.clock_ratio())
+        return CostBasis::kMatmulShape;
+      const bool measured = chip_.name == "cpu" || chip_.sustained_clock_hz > 0;
+      return measured ? CostBasis::kMatmulMeasured : CostBasis::kMatmulDatasheet;
+    }
+    default:
+      return t.memory_s >= t.compute_s ? CostBasis::kMemory : CostBasis::kVector;
+  }
+}
+
 // A running collective takes comm_units of the matrix units (GPU SMs) and its traffic's
 // share of HBM bandwidth; the kernel's compute and memory sides stretch by what is left.
 double ComputeModel::rate_under_comm(const Kernel& k) const {
@@ -328,6 +366,7 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
       k.compute_s = kt.compute_s;
       k.memory_s = kt.memory_s;
       k.exec_s = combine(kt.compute_s, kt.memory_s);
+      k.basis = basis_of(op, kt);
       k.host_s = op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       k.ops = 1;
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
@@ -366,6 +405,8 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
     k.memory_s = memory_s(bytes);
     k.exec_s = combine(k.compute_s, k.memory_s);
+    k.basis = real_ops == 0 ? CostBasis::kNone
+              : k.memory_s >= k.compute_s ? CostBasis::kMemory : CostBasis::kVector;
     k.bytes = static_cast<int64_t>(bytes);
     k.flops = flops;
     k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;

@@ -69,6 +69,22 @@ OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes = 2);
 OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, int64_t bytes_written,
                     double flops = 0);
 
+// What a kernel's time rests on, for the report of the parts of a step the simulator is least
+// sure of (StepReport::uncertain). Only a measurement makes a basis sure: the cpu device's
+// calibration, and the sustained clock of the H100 family (an 8192^3 GEMM timed on an H200).
+enum class CostBasis {
+  kMatmulMeasured,  // large compute-bound matmul on a chip whose matmul rate was measured
+  kMatmulDatasheet, // large compute-bound matmul at the datasheet clock (no measured rate)
+  kMatmulShape,     // matmul the tile / wave model or the memory roofline decides (thin shapes)
+  kAttention,       // flash attention: its efficiency relative to a GEMM was not measured here
+  kMemory,          // HBM-bound: bytes from the recorded ops and the fusion model, streaming
+                    // efficiency assumed
+  kVector,          // math on the vector units at an assumed share of the matrix peak
+  kNone,            // no time (views)
+};
+constexpr int kCostBases = 7;
+const char* cost_basis_name(CostBasis basis);  // what it rests on, for the report
+
 // What a run of ops becomes on the device.
 struct Kernel {
   std::string category;  // op_kind_name of its main op
@@ -80,6 +96,7 @@ struct Kernel {
   double flops = 0;      // FLOPs it executes (attention: causal-skipped FLOPs not counted)
   int64_t bytes = 0;     // HBM bytes it moves after fusion
   int64_t ops = 0;       // recorded ops folded into it
+  CostBasis basis = CostBasis::kNone;
 };
 
 // Per-op and per-kernel overheads of an execution mode on a chip (its [dispatch] figures; the
@@ -120,6 +137,7 @@ class ComputeModel {
     double compute_s = 0, memory_s = 0;
   };
   KernelTime kernel_time(const OpDesc& op) const;
+  CostBasis basis_of(const OpDesc& op, const KernelTime& t) const;
   double fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j, const OpDesc* mm) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;

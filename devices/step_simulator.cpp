@@ -1,5 +1,6 @@
 #include "devices/step_simulator.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -54,7 +55,32 @@ void Trace::wait(int64_t work) {
   events_.push_back(std::move(e));
 }
 
+double uncertain_share(const StepReport& r) {
+  double s = 0;
+  for (const CostItem& c : r.uncertain) s += c.seconds;
+  return r.step_time_s > 0 ? std::min(1.0, s / r.step_time_s) : 0.0;
+}
+
 namespace {
+
+// Bases of the uncertainty report beyond the kernels' CostBasis (TimelineTask::basis).
+enum ReplayBasis {
+  kLatencyBoundComm = kCostBases,  // exposed collectives whose latency + launch exceeds the transfer
+  kBandwidthBoundComm,
+  kLaunchGaps,
+  kCommSlowdown,
+};
+
+const char* replay_basis_name(int b) {
+  if (b < kCostBases) return cost_basis_name(static_cast<CostBasis>(b));
+  switch (b) {
+    case kLatencyBoundComm: return "exposed latency-bound collectives (hop latency and launch estimated)";
+    case kBandwidthBoundComm: return "exposed bandwidth-bound collectives (fabric efficiency assumed)";
+    case kLaunchGaps: return "per-kernel launch gaps (estimated)";
+    case kCommSlowdown: return "compute slowed by communication (SM and HBM share estimated)";
+  }
+  return "?";
+}
 
 // The replay state: one pass over the trace, building timeline tasks as it goes.
 class Replay {
@@ -120,6 +146,16 @@ class Replay {
       while (pos != r.costs.end() && pos->seconds >= idle.seconds) ++pos;
       r.costs.insert(pos, idle);
     }
+    for (size_t b = 0; b < s.basis_s.size(); ++b) {
+      const int basis = static_cast<int>(b);
+      if (s.basis_s[b] <= 0 || basis == static_cast<int>(CostBasis::kMatmulMeasured) ||
+          basis == static_cast<int>(CostBasis::kNone))
+        continue;
+      r.uncertain.push_back({replay_basis_name(basis), s.basis_s[b]});
+    }
+    if (s.idle_s > 0) r.uncertain.push_back({"host dispatch stalls (per-op costs estimated)", s.idle_s});
+    std::stable_sort(r.uncertain.begin(), r.uncertain.end(),
+                     [](const CostItem& a, const CostItem& b) { return a.seconds > b.seconds; });
     return r;
   }
 
@@ -151,6 +187,9 @@ class Replay {
       t.overhead_s = k.launch_s;
       t.category = k.category;
       t.rate_under_comm = model_.rate_under_comm(k);
+      t.basis = static_cast<int>(k.basis);
+      t.overhead_basis = kLaunchGaps;
+      t.slowdown_basis = kCommSlowdown;
       t.deps.swap(next_compute_deps_);
       t.deps.push_back(last_host_);
       last_compute_ = timeline_.add(t);
@@ -218,6 +257,7 @@ class Replay {
     t.overhead_s = launch;
     t.overhead_category = "collective launch";
     t.category = std::string(collective_name(c.kind)) + " " + c.group;
+    t.basis = cost.latency_s + launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
     ++collectives_;
     return timeline_.add(t);
   }

@@ -94,8 +94,16 @@ struct StepReport {
   int64_t ops = 0, kernels = 0, collectives = 0;  // collectives after coalescing
   std::vector<StreamBusy> streams;
   std::vector<CostItem> costs;          // busy time per category, largest first
+  // The parts of the step the model is least sure of: seconds of the step per basis of
+  // its estimate (see uncertain_share), largest first; matmuls at a measured rate and
+  // communication hidden under compute are not listed.
+  std::vector<CostItem> uncertain;
   std::vector<TimelineEvent> events;    // every task as it ran, with options.keep_events
 };
+
+// Share of the step's time that rests on unmeasured parts of the model: sum of `uncertain`
+// over step_time_s (at most 1).
+double uncertain_share(const StepReport& r);
 
 // Replays `trace` on the device: ops are lowered to kernels per execution mode (fusion never
 // crosses a collective), collectives are costed on their group's placement and put on their

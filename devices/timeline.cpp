@@ -231,6 +231,12 @@ TimelineSummary Timeline::summarize() const {
   Intervals compute, comm;
   std::vector<double> busy(streams_.size(), 0.0);
   std::map<std::string, double> cats;
+  std::map<int, Intervals> comm_by_basis;
+  auto add_basis = [&r](int b, double s) {
+    if (b < 0 || s <= 0) return;
+    if (static_cast<size_t>(b) >= r.basis_s.size()) r.basis_s.resize(static_cast<size_t>(b) + 1, 0.0);
+    r.basis_s[static_cast<size_t>(b)] += s;
+  };
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const TimelineTask& t = tasks_[i];
     const TaskTiming& tm = timings_[i];
@@ -241,6 +247,13 @@ TimelineSummary Timeline::summarize() const {
     busy[static_cast<size_t>(t.stream)] += elapsed;
     (st.kind == StreamKind::kCommunication ? comm : compute).push_back({tm.start_s, tm.end_s});
     double overhead = std::min(t.overhead_s, t.duration_s);
+    if (st.kind == StreamKind::kCommunication) {
+      if (t.basis >= 0) comm_by_basis[t.basis].push_back({tm.start_s, tm.end_s});
+    } else {
+      add_basis(t.overhead_basis, overhead);
+      add_basis(t.basis, t.duration_s - overhead);
+      add_basis(t.slowdown_basis, elapsed - t.duration_s);
+    }
     if (overhead > 0) cats[t.overhead_category] += overhead;
     if (t.duration_s - overhead > 0) cats[t.category] += t.duration_s - overhead;
     // Slower than alone: links shared with other collectives, or SMs / HBM lent to them.
@@ -255,6 +268,7 @@ TimelineSummary Timeline::summarize() const {
   r.comm_busy_s = length(comm);
   r.exposed_comm_s = minus_length(comm, compute);
   r.exposed_comm_fraction = r.makespan_s > 0 ? r.exposed_comm_s / r.makespan_s : 0;
+  for (auto& [b, iv] : comm_by_basis) add_basis(b, minus_length(merge(std::move(iv)), compute));
   r.idle_s = std::max(0.0, r.makespan_s - r.compute_busy_s - r.exposed_comm_s);
   for (size_t s = 0; s < streams_.size(); ++s)
     if (streams_[s].kind != StreamKind::kHost)

@@ -29,6 +29,11 @@ struct TimelineTask {
   // Compute: the fraction of its speed the task keeps while a communication task runs
   // (GPU collectives take SMs and HBM bandwidth from the kernels they overlap).
   double rate_under_comm = 1;
+  // What the task's time rests on, as the caller numbers it (the step simulator's CostBasis
+  // and its communication bases; -1: none): the summary adds up each basis's share of the
+  // step. A compute task's overhead_s goes to `overhead_basis`, and the time it lost to
+  // communication running beside it to `slowdown_basis`.
+  int basis = -1, overhead_basis = -1, slowdown_basis = -1;
 };
 
 struct TaskTiming {
@@ -61,6 +66,10 @@ struct TimelineSummary {
   // Device busy seconds per category (launch overhead split out; time lost to shared links
   // and to communication slowing compute as their own categories), largest first.
   std::vector<std::pair<std::string, double>> categories;
+  // Per basis (TimelineTask::basis): seconds of the step it accounts for. Compute tasks: their
+  // duration (overhead part under overhead_basis), the slowdown under slowdown_basis. Communication
+  // tasks: the part no compute overlaps (exposed), per basis without double counting.
+  std::vector<double> basis_s;
 };
 
 // Streams execute their tasks in the order added (CUDA-stream / TPU-queue semantics). A task

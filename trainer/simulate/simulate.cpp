@@ -256,6 +256,13 @@ std::string format_report(const SimulationResult& r) {
   for (size_t i = 0; i < s.costs.size() && i < 3; ++i)
     os << (i ? ", " : " ") << s.costs[i].category << " " << std::setprecision(4) << s.costs[i].seconds << " s";
   os << "\n";
+  // What the figures above rest on where nothing was measured (StepReport::uncertain).
+  os << "  least sure of   " << std::setprecision(1) << 100.0 * devices::uncertain_share(s)
+     << " % of the step rests on unmeasured figures";
+  for (size_t i = 0; i < s.uncertain.size() && i < 4; ++i)
+    os << (i ? "; " : ": ") << s.uncertain[i].category << " " << std::setprecision(1)
+       << 100.0 * s.uncertain[i].seconds / s.step_time_s << " %";
+  os << "\n";
   if (!r.other_mode.empty()) {
     os << std::setprecision(2) << "  other mode      " << r.other_mode << ": MFU " << r.other_mfu_percent
        << " %, step " << std::setprecision(4) << r.other_step_time_s << " s\n";
@@ -296,6 +303,12 @@ std::string to_json(const SimulationResult& r) {
   nlohmann::json costs = nlohmann::json::array();
   for (const auto& c : s.costs) costs.push_back({{"category", c.category}, {"seconds", c.seconds}});
   j["costs"] = costs;
+  nlohmann::json uncertain = nlohmann::json::array();
+  for (const auto& c : s.uncertain)
+    uncertain.push_back({{"basis", c.category}, {"seconds", c.seconds},
+                         {"share_of_step", s.step_time_s > 0 ? c.seconds / s.step_time_s : 0.0}});
+  j["uncertain"] = uncertain;
+  j["uncertain_share"] = devices::uncertain_share(s);
   if (!r.other_mode.empty()) {
     j["other_collective_mode"] = r.other_mode;
     j["other_mode_mfu"] = r.other_mfu_percent;

@@ -164,7 +164,7 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
   out.rank_busy_s = res.compute_busy_s;
   out.bubble_fraction = res.bubble_fraction;
   devices::StepReport& rep = out.report;
-  std::map<std::string, double> costs;
+  std::map<std::string, double> costs, uncertain;
   double own = 0;
   for (const auto& sr : rank0) {
     if (rep.device.empty()) {
@@ -176,6 +176,7 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
     rep.idle_s += sr.idle_s, rep.executed_flops += sr.executed_flops;
     rep.ops += sr.ops, rep.kernels += sr.kernels, rep.collectives += sr.collectives;
     for (const auto& c : sr.costs) costs[c.category] += c.seconds;
+    for (const auto& c : sr.uncertain) uncertain[c.category] += c.seconds;
   }
   rep.step_time_s = res.makespan_s;
   rep.comm_s += rank0_sends;
@@ -187,6 +188,10 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
   rep.exposed_comm_fraction = rep.step_time_s > 0 ? rep.exposed_comm_s / rep.step_time_s : 0;
   for (const auto& [name, sec] : costs) rep.costs.push_back({name, sec});
   std::sort(rep.costs.begin(), rep.costs.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  // The first pipeline rank's segments; its waits for other stages are the schedule's, not
+  // an estimate of the device model.
+  for (const auto& [name, sec] : uncertain) rep.uncertain.push_back({name, sec});
+  std::sort(rep.uncertain.begin(), rep.uncertain.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return out;
 }
 
