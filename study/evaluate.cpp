@@ -2,11 +2,14 @@
 #include "study/evaluate.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
 #include "trainer/config/config_keys.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/simulate/layer_extrapolation.h"
 #include "trainer/step/trainer.h"
 
 namespace titan::study {
@@ -55,15 +58,61 @@ std::string key_value(const JobConfig& cfg, const std::string& key) {
   return {};
 }
 
+namespace {
+
+// The point's figures from three shallow recordings (layer_extrapolation.h); false when the
+// config does not sample (too shallow, stage count follows depth), a sample fails to record
+// (a depth the stage split refuses) or a figure is not affine in depth: the caller then
+// records the config at its own depth.
+bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, RecordingCache& cache,
+                         SimulationResult* out, std::string* why) {
+  std::optional<devices::Placement> placement;
+  for (LayerSamples s = layer_samples(cfg);; s = deeper_samples(s)) {
+    if (!s.ok) {
+      *why = why->empty() ? s.why : *why + "; " + s.why;
+      return false;
+    }
+    std::array<JobConfig, 3> cfgs;
+    std::array<std::shared_future<std::shared_ptr<const RecordedStep>>, 3> recs;
+    for (size_t j = 0; j < 3; ++j) recs[j] = cache.request(cfgs[j] = with_layers(cfg, s.layers[j]));
+    std::array<ReplayFigures, 3> f;
+    try {
+      for (size_t j = 0; j < 3; ++j) {
+        const std::shared_ptr<const RecordedStep> rec = recs[j].get();
+        if (!placement)
+          placement =
+              devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
+        f[j] = replay_figures(cfgs[j], *rec, chip, *placement);
+      }
+    } catch (const std::exception& e) {
+      *why = std::string("a sample failed: ") + e.what();
+      return false;
+    }
+    const Extrapolation x = extrapolate_layers(s, f);
+    if (x.ok) {
+      *out = finish_replay(cfg, x.figures, chip, *placement);
+      why->clear();
+      return true;
+    }
+    *why = x.why;  // kept if no deeper samples pay off
+  }
+}
+
+}  // namespace
+
 Point evaluate_config(const JobConfig& cfg, RecordingCache& cache) {
   Point p;
   p.cfg = cfg;
   try {
-    const std::shared_ptr<const RecordedStep> rec = cache.get(cfg);
     const devices::ChipSpec chip = simulated_chip(cfg);
-    const devices::Placement placement =
-        devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
-    p.result = replay_step(cfg, *rec, chip, placement);
+    p.extrapolated = cache.layer_extrapolation && extrapolated_result(cfg, chip, cache, &p.result, &p.full_depth_reason);
+    ++(p.extrapolated ? cache.extrapolated : cache.full_depth);
+    if (!p.extrapolated) {
+      const std::shared_ptr<const RecordedStep> rec = cache.get(cfg);
+      const devices::Placement placement =
+          devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
+      p.result = replay_step(cfg, *rec, chip, placement);
+    }
     p.breakdown = breakdown_of(p.result);
     if (p.result.memory.fits || cfg.simulation.allow_oom) {
       p.verdict = Verdict::kOk;

@@ -30,6 +30,8 @@ struct Point {
   Verdict verdict = Verdict::kInvalid;
   std::string reason;       // why it is not ok (the simulator's message)
   SimulationResult result;  // filled when ok, and for kDoesNotFit (memory)
+  bool extrapolated = false;  // figures from shallow recordings (layer_extrapolation.h)
+  std::string full_depth_reason;  // why not, when layer extrapolation was on
   Breakdown breakdown;
 };
 

@@ -77,7 +77,9 @@ void RecordingCache::recorder_loop() {
   }
 }
 
-std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) {
+std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { return request(cfg).get(); }
+
+std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg) {
   ++lookups_;
   const std::string k = key(cfg);
   std::shared_future<std::shared_ptr<const RecordedStep>> fut;
@@ -97,7 +99,7 @@ std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) {
       queue_cv_.notify_one();
     }
   }
-  return fut.get();
+  return fut;
 }
 
 }  // namespace titan::study

@@ -34,6 +34,15 @@ class RecordingCache {
   // The recording for cfg's per-rank step; records it on first use. A recording that failed
   // (a config error: degrees, divisibility) rethrows the same error to every later caller.
   std::shared_ptr<const RecordedStep> get(const JobConfig& cfg);
+  // The same, without waiting: queues the recording (if new) and returns where it will be, so
+  // that a caller needing several recordings keeps the recorder thread busy.
+  std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg);
+
+  // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
+  // through this cache; off: every point is recorded at its own depth.
+  bool layer_extrapolation = true;
+  std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
+  std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
 
   int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
   int64_t lookups() const { return lookups_; }

@@ -17,10 +17,13 @@ namespace titan::study {
 
 std::string study_usage() {
   return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
-         "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--section.key VALUE ...]\n"
+         "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--full-depth]\n"
+         "                   [--section.key VALUE ...]\n"
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
          "  --search  the best layouts for the base config's model, device and chip count\n"
+         "  --full-depth  record every point at its model's depth (no layer extrapolation from\n"
+         "            shallow recordings; for comparisons)\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
 }
@@ -30,10 +33,12 @@ namespace {
 void print_stats(const char* what, const RunStats& st, const RecordingCache& cache) {
   std::fprintf(stderr,
                "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
-               "%lld distinct per-rank steps recorded (%.2f s), %lld replays\n",
+               "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
+               "shallow recordings, %lld recorded at full depth\n",
                what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
                static_cast<long long>(cache.recordings()), cache.record_seconds(),
-               static_cast<long long>(cache.lookups()));
+               static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
+               static_cast<long long>(cache.full_depth.load()));
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
@@ -54,7 +59,7 @@ void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::st
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
-  bool search = false, plots = true, trace = false;
+  bool search = false, plots = true, trace = false, full_depth = false;
   int threads = 0;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -79,6 +84,7 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--out") out = value();
     else if (a == "--no-plots") plots = false;
     else if (a == "--trace") trace = true;
+    else if (a == "--full-depth") full_depth = true;
     else cfg_args.push_back(a);
   }
   TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
@@ -86,6 +92,7 @@ int study_main(const std::vector<std::string>& args) {
   const JobConfig base = load_job_config(cfg_args);
   const PriceTable prices = read_prices(prices_path);
   RecordingCache cache;
+  cache.layer_extrapolation = !full_depth;
   SweepFile sweep;
   if (!study_path.empty()) sweep = read_sweep_file(study_path);
   if (out.empty()) out = base.job.dump_folder + "/study/" + (sweep.name.empty() ? "search" : sweep.name);

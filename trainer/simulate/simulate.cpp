@@ -118,28 +118,54 @@ RecordedStep record_step(const JobConfig& cfg) {
   return out;
 }
 
-SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
+ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
                              const devices::Placement& placement, bool keep_events) {
-  SimulationResult r;
-  r.dims = rec.dims;
-  r.placement = placement.describe();
-  r.num_chips = cfg.simulation.num_chips;
-  r.global_batch = rec.global_batch;
-  r.seq_len = cfg.training.seq_len;
-  r.microbatches = rec.microbatches;
+  ReplayFigures f;
+  f.dims = rec.dims;
+  f.local_params = rec.local_params;
+  f.param_elem_bytes = rec.param_elem_bytes;
+  f.microbatches = rec.microbatches;
+  f.global_batch = rec.global_batch;
   devices::SimulationOptions o;
   o.execution = execution_mode(cfg);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
   if (rec.pipeline) {
-    PipelineReplayReport pr = replay_pipeline_step(*rec.pipeline, placement, chip, o);
-    r.report = pr.report;
-    r.pipeline_schedule = rec.pipeline->schedule.name;
-    r.pipeline_stages = rec.pipeline->schedule.num_stages;
-    r.pipeline_bubble_fraction = pr.bubble_fraction;
-    r.pipeline_rank_busy_s = pr.rank_busy_s;
+    const RecordedPipeline& p = *rec.pipeline;
+    f.segment_costs = cost_pipeline_segments(p, placement, chip, o);
+    f.pipeline_structure = rec.pipeline;
+    f.options = o;
+    PipelineReplayReport pr = compose_pipeline_step(p, f.segment_costs, o);
+    f.report = std::move(pr.report);
+    f.pipeline = true;
+    f.pipeline_schedule = p.schedule.name;
+    f.pipeline_stages = p.schedule.num_stages;
+    f.bubble_fraction = pr.bubble_fraction;
+    f.rank_busy_s = std::move(pr.rank_busy_s);
+    f.rank_local_params = p.local_params;
+    f.rank_peak_live_layers = p.peak_live_layers;
+    f.rank_holds_output = p.holds_output;
   } else {
-    r.report = devices::simulate_step(rec.trace, placement, chip, o);
+    f.report = devices::simulate_step(rec.trace, placement, chip, o);
+  }
+  return f;
+}
+
+SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, const devices::ChipSpec& chip,
+                               const devices::Placement& placement) {
+  SimulationResult r;
+  r.report = f.report;
+  r.dims = f.dims;
+  r.placement = placement.describe();
+  r.num_chips = cfg.simulation.num_chips;
+  r.global_batch = f.global_batch;
+  r.seq_len = cfg.training.seq_len;
+  r.microbatches = f.microbatches;
+  if (f.pipeline) {
+    r.pipeline_schedule = f.pipeline_schedule;
+    r.pipeline_stages = f.pipeline_stages;
+    r.pipeline_bubble_fraction = f.bubble_fraction;
+    r.pipeline_rank_busy_s = f.rank_busy_s;
   }
 
   const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
@@ -151,37 +177,41 @@ SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, cons
   r.mfu_percent = 100.0 * r.flops_per_token * r.tokens_per_s_per_chip / r.peak_flops;
 
   devices::TransformerLayout l;
-  l.tp = rec.dims.tp;
-  l.pp = rec.dims.pp;
-  l.fsdp = rec.dims.dp_shard * rec.dims.cp;
-  const int64_t rows = rec.pipeline ? cfg.parallelism.pipeline_parallel_microbatch_size : cfg.training.local_batch_size;
-  l.tokens = rows * r.seq_len / rec.dims.cp;
-  l.param_bytes = rec.param_elem_bytes;
+  l.tp = f.dims.tp;
+  l.pp = f.dims.pp;
+  l.fsdp = f.dims.dp_shard * f.dims.cp;
+  const int64_t rows = f.pipeline ? cfg.parallelism.pipeline_parallel_microbatch_size : cfg.training.local_batch_size;
+  l.tokens = rows * r.seq_len / f.dims.cp;
+  l.param_bytes = f.param_elem_bytes;
   l.ac = ac_mode(cfg);
   l.selective_every = l.ac == devices::ActivationCheckpoint::kSelective ? cfg.activation_checkpoint.selective_every : 0;
   devices::MemoryInputs in = devices::transformer_memory_inputs(args, l);
   // What this trainer really stores: its shards, gradients and AdamW states in the
   // parameter dtype (zeros_like), no separate master copy.
-  in.local_params = rec.local_params;
-  in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = rec.param_elem_bytes;
+  in.local_params = f.local_params;
+  in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = f.param_elem_bytes;
   in.master_weights = false;
   r.memory = devices::memory_per_chip(in, chip);
-  if (rec.pipeline) {
+  if (f.pipeline) {
     // Each pipeline rank: its own parameters, and the activations of the micro-batches its
     // schedule keeps in flight (layers live at once); the largest is the report's.
-    const RecordedPipeline& p = *rec.pipeline;
-    for (size_t q = 0; q < p.local_params.size(); ++q) {
+    for (size_t q = 0; q < f.rank_local_params.size(); ++q) {
       devices::MemoryInputs mq = in;
-      mq.local_params = p.local_params[q];
-      mq.local_layers = p.peak_live_layers[q];
+      mq.local_params = f.rank_local_params[q];
+      mq.local_layers = f.rank_peak_live_layers[q];
       mq.microbatches_in_flight = 1;
-      if (!p.holds_output[q]) mq.extra_activation_bytes = 0;
+      if (!f.rank_holds_output[q]) mq.extra_activation_bytes = 0;
       const devices::MemoryReport m = devices::memory_per_chip(mq, chip);
       r.pipeline_rank_memory_gib.push_back(m.total_gib());
       if (q == 0 || m.total > r.memory.total) r.memory = m;
     }
   }
   return r;
+}
+
+SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
+                             const devices::Placement& placement, bool keep_events) {
+  return finish_replay(cfg, replay_figures(cfg, rec, chip, placement, keep_events), chip, placement);
 }
 
 namespace {

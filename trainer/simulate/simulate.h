@@ -69,6 +69,38 @@ struct SimulationResult {
   std::vector<double> pipeline_rank_memory_gib;
 };
 
+// What a replay takes from its recording: the device report and the recording's per-rank
+// counts. SimulationResult adds what follows from the config (batch, MFU, memory), so that
+// layer extrapolation (layer_extrapolation.h) can scale these figures from shallow
+// recordings and finish them for the config's depth.
+struct ReplayFigures {
+  devices::StepReport report;
+  ParallelDims dims;
+  int64_t local_params = 0, param_elem_bytes = 4, microbatches = 1, global_batch = 0;
+  // Pipeline parallelism (empty without): per pipeline rank.
+  bool pipeline = false;
+  std::string pipeline_schedule;
+  int64_t pipeline_stages = 0;
+  double bubble_fraction = 0;
+  std::vector<double> rank_busy_s;
+  std::vector<int64_t> rank_local_params, rank_peak_live_layers;
+  std::vector<bool> rank_holds_output;
+  // Under PP, what the report was composed from: every segment's cost, the recording's
+  // schedule and segments, and the options; layer extrapolation composes the schedule again
+  // on extrapolated segment costs (a pipeline's makespan is a maximum over paths, so it is
+  // extended per segment rather than as a whole).
+  PipelineSegmentCosts segment_costs;
+  std::shared_ptr<const RecordedPipeline> pipeline_structure;
+  devices::SimulationOptions options;
+};
+
+ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
+                             const devices::Placement& placement, bool keep_events = false);
+// The result for cfg: throughput and MFU from the report, memory from cfg's model and the
+// figures' parameter counts, the bubble from the pipeline ranks' busy time.
+SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, const devices::ChipSpec& chip,
+                               const devices::Placement& placement);
+
 // Replays a recorded step of cfg on `chip` placed as `placement`: a study reuses one
 // recording for every device and chip count whose per-rank step is the same.
 // keep_events: report.events holds every timeline task (Chrome traces; not under PP).

@@ -115,25 +115,53 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_
   return out;
 }
 
-PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const devices::Placement& placement,
-                                          const devices::ChipSpec& chip, const devices::SimulationOptions& options) {
+PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const devices::Placement& placement,
+                                            const devices::ChipSpec& chip, const devices::SimulationOptions& options) {
   const bool fused = options.collective_mode == CollectiveMode::kFused;
-  const devices::P2PMode mode = fused ? devices::P2PMode::kAsync : devices::P2PMode::kBlocking;
   const double launch = fused ? 0.0 : (options.separate_launch_s >= 0 ? options.separate_launch_s
                                                                        : devices::separate_launch_s(chip));
+  PipelineSegmentCosts c;
+  c.duration_s.resize(rec.ranks.size());
+  for (size_t r = 0; r < rec.ranks.size(); ++r) {
+    for (const PipelineSegment& seg : rec.ranks[r]) {
+      double d = 0;
+      if (seg.is_action && seg.action.p2p()) {
+        if (seg.action.op == PipeOp::kSendF || seg.action.op == PipeOp::kSendB) {
+          const auto cost = devices::collective_cost(placement, "pp", devices::CollectiveKind::kSendRecv, seg.p2p_bytes);
+          d = cost.total_s() + launch;
+          if (r == 0) c.rank0_sends += d;
+        }
+      } else {
+        devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, options);
+        d = sr.step_time_s;
+        if (r == 0) c.rank0.push_back(std::move(sr));
+      }
+      c.duration_s[r].push_back(d);
+    }
+  }
+  return c;
+}
+
+PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const PipelineSegmentCosts& costs,
+                                           const devices::SimulationOptions& options) {
+  const bool fused = options.collective_mode == CollectiveMode::kFused;
+  const devices::P2PMode mode = fused ? devices::P2PMode::kAsync : devices::P2PMode::kBlocking;
   const PipeSchedule& s = rec.schedule;
   auto zero = [](const PipeAction&) { return 0.0; };
   const auto shape = pipeline_steps(s, mode, zero, zero);  // needs / makes / message ids of one run
   const int64_t ids_per_run = int64_t{4} * s.num_stages * s.num_microbatches;
   const int ranks = static_cast<int>(rec.ranks.size());
+  TITAN_CHECK(costs.duration_s.size() == rec.ranks.size(), "pipeline simulation: costs for ", costs.duration_s.size(),
+              " ranks, recorded ", rec.ranks.size());
 
   std::vector<std::vector<devices::PipeStep>> steps(ranks);
-  std::vector<devices::StepReport> rank0;  // the first pipeline rank's segment reports
-  double rank0_sends = 0;
   for (int r = 0; r < ranks; ++r) {
+    TITAN_CHECK(costs.duration_s[r].size() == rec.ranks[r].size(), "pipeline simulation: rank ", r, " has ",
+                rec.ranks[r].size(), " segments, costed ", costs.duration_s[r].size());
     size_t k = 0;  // index into the rank's actions of the current run
     int run = 0;
-    for (const PipelineSegment& seg : rec.ranks[r]) {
+    for (size_t i = 0; i < rec.ranks[r].size(); ++i) {
+      const PipelineSegment& seg = rec.ranks[r][i];
       if (seg.is_action && seg.run != run) run = seg.run, k = 0;
       devices::PipeStep st;
       if (seg.is_action) {
@@ -143,17 +171,9 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
         for (auto& id : st.needs) shift(id);
         for (auto& id : st.makes) shift(id);
       }
-      if (seg.is_action && seg.action.p2p()) {
-        if (st.kind == devices::PipeStep::Kind::kSend) {
-          const auto cost = devices::collective_cost(placement, "pp", devices::CollectiveKind::kSendRecv, seg.p2p_bytes);
-          st.duration_s = cost.total_s() + launch;
-          if (r == 0) rank0_sends += st.duration_s;
-        }
-      } else {
-        devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, options);
-        st.duration_s = sr.step_time_s;
-        if (r == 0) rank0.push_back(std::move(sr));
-      }
+      // A receive takes no time of its own: the send carries the transfer.
+      if (!(seg.is_action && seg.action.p2p()) || st.kind == devices::PipeStep::Kind::kSend)
+        st.duration_s = costs.duration_s[r][i];
       steps[r].push_back(std::move(st));
     }
   }
@@ -164,9 +184,9 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
   out.rank_busy_s = res.compute_busy_s;
   out.bubble_fraction = res.bubble_fraction;
   devices::StepReport& rep = out.report;
-  std::map<std::string, double> costs, uncertain;
+  std::map<std::string, double> cost_of, uncertain;
   double own = 0;
-  for (const auto& sr : rank0) {
+  for (const auto& sr : costs.rank0) {
     if (rep.device.empty()) {
       rep.device = sr.device, rep.topology = sr.topology, rep.layout = sr.layout;
       rep.execution = sr.execution, rep.collective_mode = sr.collective_mode;
@@ -175,24 +195,30 @@ PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const dev
     rep.compute_s += sr.compute_s, rep.comm_s += sr.comm_s, rep.exposed_comm_s += sr.exposed_comm_s;
     rep.idle_s += sr.idle_s, rep.executed_flops += sr.executed_flops;
     rep.ops += sr.ops, rep.kernels += sr.kernels, rep.collectives += sr.collectives;
-    for (const auto& c : sr.costs) costs[c.category] += c.seconds;
+    for (const auto& c : sr.costs) cost_of[c.category] += c.seconds;
     for (const auto& c : sr.uncertain) uncertain[c.category] += c.seconds;
   }
+  const double rank0_sends = costs.rank0_sends;
   rep.step_time_s = res.makespan_s;
   rep.comm_s += rank0_sends;
-  if (rank0_sends > 0) costs["send/recv pp"] += rank0_sends;
+  if (rank0_sends > 0) cost_of["send/recv pp"] += rank0_sends;
   if (!fused) rep.exposed_comm_s += rank0_sends;
   const double waiting = std::max(0.0, res.rank_end_s.empty() ? 0.0 : res.makespan_s - own - (fused ? 0.0 : rank0_sends));
-  if (waiting > 0) costs["pipeline bubble (waiting for other stages)"] += waiting;
+  if (waiting > 0) cost_of["pipeline bubble (waiting for other stages)"] += waiting;
   rep.idle_s += waiting;
   rep.exposed_comm_fraction = rep.step_time_s > 0 ? rep.exposed_comm_s / rep.step_time_s : 0;
-  for (const auto& [name, sec] : costs) rep.costs.push_back({name, sec});
+  for (const auto& [name, sec] : cost_of) rep.costs.push_back({name, sec});
   std::sort(rep.costs.begin(), rep.costs.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   // The first pipeline rank's segments; its waits for other stages are the schedule's, not
   // an estimate of the device model.
   for (const auto& [name, sec] : uncertain) rep.uncertain.push_back({name, sec});
   std::sort(rep.uncertain.begin(), rep.uncertain.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return out;
+}
+
+PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const devices::Placement& placement,
+                                          const devices::ChipSpec& chip, const devices::SimulationOptions& options) {
+  return compose_pipeline_step(rec, cost_pipeline_segments(rec, placement, chip, options), options);
 }
 
 }  // namespace titan

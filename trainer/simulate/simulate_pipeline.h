@@ -52,8 +52,21 @@ struct PipelineReplayReport {
   double bubble_fraction = 0;           // over every pipeline rank (devices/pipeline_replay.h)
 };
 
+// Every segment costed on its own (the schedule's composition left to
+// compose_pipeline_step): what layer extrapolation scales from shallow recordings.
+struct PipelineSegmentCosts {
+  std::vector<std::vector<double>> duration_s;  // per pipeline rank, per segment (a receive: 0)
+  std::vector<devices::StepReport> rank0;       // the first pipeline rank's non-p2p segments
+  double rank0_sends = 0;                       // its sends' transfer time
+};
+PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const devices::Placement& placement,
+                                            const devices::ChipSpec& chip, const devices::SimulationOptions& options);
+// The schedule replayed on those costs (its makespan, bubble, and the first rank's report).
+PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const PipelineSegmentCosts& costs,
+                                           const devices::SimulationOptions& options);
+
 // fused collective mode: sends and receives asynchronous on the pp stream; separate:
-// blocking, each with the separate-mode launch cost.
+// blocking, each with the separate-mode launch cost. compose(cost(...)).
 PipelineReplayReport replay_pipeline_step(const RecordedPipeline& rec, const devices::Placement& placement,
                                           const devices::ChipSpec& chip, const devices::SimulationOptions& options);
 
