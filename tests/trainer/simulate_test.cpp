@@ -3,6 +3,8 @@
 // small dims on the meta device.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
@@ -105,6 +107,21 @@ TEST(Simulate, ReportAndJsonCarryTheRequiredFields) {
                           "exposed_comm_fraction", "collective_mode", "execution"})
     EXPECT_NE(j.find(std::string("\"") + key + "\""), std::string::npos) << key;
   EXPECT_NE(format_report(r).find("MFU"), std::string::npos);
+  // What the prediction is least sure of: every listed basis with its share of the step, in
+  // the printed report and in the JSON.
+  ASSERT_FALSE(r.report.uncertain.empty());
+  const double share = devices::uncertain_share(r.report);
+  EXPECT_GT(share, 0);
+  EXPECT_LE(share, 1);
+  EXPECT_NE(format_report(r).find("least sure of"), std::string::npos);
+  EXPECT_NE(format_report(r).find(r.report.uncertain[0].category), std::string::npos);
+  const auto parsed = nlohmann::json::parse(j);
+  ASSERT_TRUE(parsed.contains("uncertain") && parsed.contains("uncertain_share"));
+  EXPECT_DOUBLE_EQ(parsed["uncertain_share"].get<double>(), share);
+  ASSERT_EQ(parsed["uncertain"].size(), r.report.uncertain.size());
+  EXPECT_EQ(parsed["uncertain"][0]["basis"], r.report.uncertain[0].category);
+  EXPECT_NEAR(parsed["uncertain"][0]["share_of_step"].get<double>(),
+              r.report.uncertain[0].seconds / r.report.step_time_s, 1e-12);
 }
 
 void expect_config_error(const std::vector<std::string>& extra, const std::string& needle) {
