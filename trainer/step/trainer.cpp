@@ -80,7 +80,10 @@ ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size) {
 
 Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_meta)
     : cfg_(cfg), world_(std::move(world)), on_meta_(on_meta) {
-  torch::set_num_threads(choose_threads(cfg_));
+  // torch::set_num_threads rebuilds libtorch's pthreadpool (a new worker that spins for
+  // milliseconds) even at the current count, and simulated studies build a Trainer per recording.
+  if (const int threads = choose_threads(cfg_); at::get_num_threads() != threads) torch::set_num_threads(threads);
+  if (!on_meta_) keep_freed_memory_in_process();
   if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   torch::manual_seed(cfg_.training.seed);
   if (!world_) world_ = init_distributed(comm_options(cfg_));
