@@ -43,15 +43,13 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
   const auto rec = cache.get(cfg);
-  TITAN_CONFIG_CHECK(!rec->pipeline, "titan-study --trace: pipeline-parallel steps have no timeline trace yet "
-                                     "(their replay times schedule actions, not a single timeline)");
   const devices::ChipSpec chip = simulated_chip(cfg);
   const auto placement =
       devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
-  const SimulationResult r = replay_step(cfg, *rec, chip, placement, /*keep_events=*/true);
   const std::string title = std::to_string(cfg.simulation.num_chips) + " x " + cfg.simulation.device + ", " +
-                            layout_string(r.dims) + ", " + r.report.collective_mode;
-  std::cout << "wrote " << write_chrome_trace(path, r.report, title) << " (chrome://tracing, ui.perfetto.dev)\n";
+                            layout_string(rec->dims) + ", " + to_string(cfg.comm.collective_mode);
+  std::cout << "wrote " << write_trace_file(path, step_trace_json(cfg, *rec, chip, placement, title))
+            << " (chrome://tracing, ui.perfetto.dev)\n";
 }
 
 }  // namespace

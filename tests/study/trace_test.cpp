@@ -3,8 +3,12 @@
 // the step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +55,61 @@ TEST(StudyTrace, ChromeTraceParsesWithExpectedTracks) {
   EXPECT_EQ(complete, timed);
   EXPECT_GE(complete, r.report.kernels);
   EXPECT_NEAR(last_end_us, r.report.step_time_s * 1e6, 1e-3 * r.report.step_time_s * 1e6);
+}
+
+// Under PP: a process per pipeline rank with compute, send/recv and bubble tracks; every
+// stage's forward and backward of every micro-batch on its rank's compute track, never
+// overlapping there; compute plus bubble fill each rank's step exactly.
+TEST(StudyTrace, PipelineTraceHasRanksActionsAndBubbles) {
+  const JobConfig cfg = testing::tiny_config({"--parallelism.pipeline_parallel_degree", "2",
+                                              "--parallelism.pipeline_parallel_schedule", "1F1B",
+                                              "--training.local_batch_size", "4"});
+  RecordingCache cache;
+  const auto rec = cache.get(cfg);
+  ASSERT_TRUE(rec->pipeline);
+  const devices::ChipSpec chip = simulated_chip(cfg);
+  const auto placement = devices::place_on_device(chip, 8, mesh_dims(rec->dims), "");
+  const SimulationResult r = replay_step(cfg, *rec, chip, placement);
+  const nlohmann::json j = nlohmann::json::parse(step_trace_json(cfg, *rec, chip, placement, "tiny pp"));
+  std::map<std::pair<int, int>, std::string> track;
+  std::set<int> processes;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "M") continue;
+    if (e.at("name") == "thread_name") track[{e.at("pid"), e.at("tid")}] = e.at("args").at("name");
+    if (e.at("name") == "process_name") processes.insert(e.at("pid").get<int>());
+  }
+  EXPECT_EQ(processes, (std::set<int>{0, 1}));
+  const int64_t microbatches = rec->pipeline->schedule.num_microbatches;
+  ASSERT_GE(microbatches, 2);
+  for (int pid : {0, 1}) {
+    std::set<std::string> actions;
+    std::vector<std::pair<double, double>> compute;
+    double compute_us = 0, bubble_us = 0;
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.at("ph") != "X" || e.at("pid") != pid) continue;
+      const std::string& t = track.at({pid, e.at("tid")});
+      const double ts = e.at("ts"), dur = e.at("dur");
+      EXPECT_GE(ts, 0);
+      EXPECT_LE(ts + dur, r.report.step_time_s * 1e6 * (1 + 1e-9));
+      if (t == "compute") {
+        actions.insert(e.at("name").get<std::string>());
+        compute.emplace_back(ts, ts + dur);
+        compute_us += dur;
+      } else if (t.rfind("bubble", 0) == 0) {
+        bubble_us += dur;
+      }
+    }
+    for (int64_t m = 0; m < microbatches; ++m) {
+      for (const char* op : {"F", "B"}) {
+        const std::string a = std::to_string(pid) + op + std::to_string(m);
+        EXPECT_TRUE(actions.count(a)) << "rank " << pid << " lacks " << a;
+      }
+    }
+    std::sort(compute.begin(), compute.end());
+    for (size_t i = 1; i < compute.size(); ++i) EXPECT_LE(compute[i - 1].second, compute[i].first + 1e-6);
+    EXPECT_GT(bubble_us, 0) << "a 2-stage pipeline waits on at least one rank";
+    EXPECT_NEAR(compute_us + bubble_us, r.report.step_time_s * 1e6, 1e-6 * r.report.step_time_s * 1e6);
+  }
 }
 
 }  // namespace

@@ -368,15 +368,10 @@ void run_simulation(const JobConfig& cfg) {
   f << to_json(r) << "\n";
   std::cout << "  wrote           " << path << std::endl;
   if (cfg.profiling.enable_profiling) {
-    if (cfg.parallelism.pipeline_parallel_degree > 1) {
-      // A pipeline step is replayed as per-rank schedule actions, not one timeline.
-      std::cout << "  profiling:      no simulated trace under pipeline parallelism (not built)" << std::endl;
-      return;
-    }
     const RecordedStep rec = record_step(cfg);
-    const SimulationResult traced = replay_step(cfg, rec, rec.chip, rec.placement, /*keep_events=*/true);
-    const std::string trace = write_chrome_trace(traces_folder(cfg) + "/simulated_step.json", traced.report,
-                                                 "simulated step: " + traced.placement);
+    const std::string title = "simulated step: " + layout_string(rec.dims) + " on " + rec.placement.describe();
+    const std::string trace = write_trace_file(traces_folder(cfg) + "/simulated_step.json",
+                                               step_trace_json(cfg, rec, rec.chip, rec.placement, title));
     std::cout << "  wrote           " << trace << " (Chrome trace of the simulated step)" << std::endl;
   }
 }

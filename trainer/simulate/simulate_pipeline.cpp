@@ -183,6 +183,7 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   PipelineReplayReport out;
   out.rank_busy_s = res.compute_busy_s;
   out.bubble_fraction = res.bubble_fraction;
+  out.timing = res.timing;
   devices::StepReport& rep = out.report;
   std::map<std::string, double> cost_of, uncertain;
   double own = 0;

@@ -50,6 +50,8 @@ struct PipelineReplayReport {
                                         // are the first pipeline rank's, its waits as bubble
   std::vector<double> rank_busy_s;      // per pipeline rank: time in its own segments
   double bubble_fraction = 0;           // over every pipeline rank (devices/pipeline_replay.h)
+  // When each segment of each pipeline rank ran (RecordedPipeline::ranks' order): traces.
+  std::vector<std::vector<devices::PipeTiming>> timing;
 };
 
 // Every segment costed on its own (the schedule's composition left to
