@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
+#include "trainer/model/kernels/linear_kernel.h"
 #include "trainer/model/kernels/rms_norm_kernel.h"
 #include "trainer/model/kernels/rope_kernel.h"
 #include "trainer/model/kernels/simd.h"
 #include "trainer/model/kernels/swiglu_kernel.h"
+#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/model.h"
 
 namespace titan {
@@ -129,6 +132,78 @@ TEST(FusedKernels, SwigluMatchesComposite) {
                 [](auto& t) { return torch::silu(t[0]) * t[1]; }, {a, b}, {0, 1}, "swiglu");
     if (dt == torch::kFloat64) expect_gradcheck([](auto& t) { return fused_swiglu(t[0], t[1]); }, {a, b}, {0, 1}, "swiglu");
   }
+}
+
+TEST(FusedKernels, LinearMatchesMatmul) {
+  for (auto dt : kDtypes) {
+    torch::manual_seed(2);
+    auto x = torch::randn({3, 17, 24}, dt), w = torch::randn({13, 24}, dt);
+    expect_same([](auto& t) { return fused_linear(t[0], t[1]); },
+                [](auto& t) { return torch::matmul(t[0], t[1].t()); }, {x, w}, {0, 1}, "linear");
+    // A strided input (a transposed view) and a weight that takes no gradient.
+    auto xt = torch::randn({24, 9}, dt).t();
+    expect_same([](auto& t) { return fused_linear(t[0], t[1]); },
+                [](auto& t) { return torch::matmul(t[0], t[1].t()); }, {xt, w}, {0}, "linear strided");
+    if (dt == torch::kFloat64) expect_gradcheck([](auto& t) { return fused_linear(t[0], t[1]); }, {x, w}, {0, 1}, "linear");
+  }
+}
+
+// The thread choice keeps the faster variant: here the all-threads variant is made slow, so
+// after the trials the site runs on one thread.
+TEST(FusedKernels, ThreadChoiceKeepsTheFasterVariant) {
+  const int before = at::get_num_threads();
+  torch::set_num_threads(2);
+  std::vector<int> seen;
+  for (int call = 0; call < 1 + 2 * kThreadChoiceTrials + 3; ++call) {
+    with_chosen_threads("test.slow_when_parallel", 1, 2, 3, [&] {
+      seen.push_back(at::get_num_threads());
+      if (seen.back() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    });
+  }
+  EXPECT_EQ(at::get_num_threads(), 2) << "the thread count is restored after a one-thread call";
+  // The untimed warm-up call, the one-thread trials and the 3 calls after the decision.
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 1 + kThreadChoiceTrials + 3);
+  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "call " << i;
+  // And the other way round.
+  seen.clear();
+  for (int call = 0; call < 1 + 2 * kThreadChoiceTrials + 3; ++call) {
+    with_chosen_threads("test.slow_when_serial", 1, 2, 3, [&] {
+      seen.push_back(at::get_num_threads());
+      if (seen.back() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    });
+  }
+  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 2) << "call " << i;
+  torch::set_num_threads(before);
+}
+
+// Whatever a site chose, the numbers are the same: each GEMM output element and each kernel
+// row is computed by one thread in one order.
+TEST(FusedKernels, ThreadChoiceDoesNotChangeResults) {
+  const int before = at::get_num_threads();
+  torch::set_num_threads(2);
+  ModelArgs a = model_flavor("qwen3", "debugmodel");
+  a.dim = 64, a.n_layers = 1, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 16, a.ffn_dim = 160, a.vocab_size = 70;
+  auto run = [&](bool choice) {
+    set_thread_choice_enabled(choice);
+    Transformer m(a, 64, torch::TensorOptions());
+    m->init_weights(5);
+    torch::manual_seed(4);
+    auto tokens = torch::randint(0, a.vocab_size, {4, 64}, torch::kInt64);
+    std::vector<torch::Tensor> out;
+    for (int step = 0; step < 1 + 2 * kThreadChoiceTrials + 1; ++step) {  // past every site's trials
+      for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
+      auto loss = cross_entropy_sum(m->forward(tokens), tokens, 256.0);
+      loss.backward();
+      out = {loss.detach()};
+      for (auto& p : m->parameters()) out.push_back(p.grad().clone());
+    }
+    return out;
+  };
+  auto with = run(true), without = run(false);
+  set_thread_choice_enabled(true);
+  torch::set_num_threads(before);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << "tensor " << i;
 }
 
 TEST(FusedKernels, RopeMatchesCompositeOnStridedHeads) {

@@ -16,9 +16,10 @@ struct AdamWCoefs {
   double grad_scale;  // clipping coefficient; gradients are written back scaled unless 1
 };
 
-// torch.optim.AdamW's arithmetic (foreach=False) element by element over [0, n).
-void adamw_update(float* p, float* g, float* m, float* v, int64_t n, const AdamWCoefs& c);
-void adamw_update(double* p, double* g, double* m, double* v, int64_t n, const AdamWCoefs& c);
+// torch.optim.AdamW's arithmetic (foreach=False) element by element over [0, n); returns
+// whether every updated parameter is finite.
+bool adamw_update(float* p, float* g, float* m, float* v, int64_t n, const AdamWCoefs& c);
+bool adamw_update(double* p, double* g, double* m, double* v, int64_t n, const AdamWCoefs& c);
 
 // sum of x[i]^2 in double.
 double sum_squares(const float* x, int64_t n);

@@ -96,15 +96,16 @@ void AdamW::step(double lr, double grad_scale) {
   const double bias1 = 1.0 - std::pow(b1, double(step_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step_)));
   const AdamWCoefs coefs{1.0 - lr * cfg_.weight_decay, b1, b2, cfg_.eps, -lr / bias1, bias2_sqrt, grad_scale};
+  flat_finite_ = true;
   for (auto& g : groups_) {
     adopt_grads(g);
     const int64_t n = g.params.numel();
     if (g.params.scalar_type() == torch::kFloat64) {
-      adamw_update(g.params.data_ptr<double>(), g.grads.data_ptr<double>(), g.exp_avg.data_ptr<double>(),
-                   g.exp_avg_sq.data_ptr<double>(), n, coefs);
+      flat_finite_ &= adamw_update(g.params.data_ptr<double>(), g.grads.data_ptr<double>(),
+                                   g.exp_avg.data_ptr<double>(), g.exp_avg_sq.data_ptr<double>(), n, coefs);
     } else {
-      adamw_update(g.params.data_ptr<float>(), g.grads.data_ptr<float>(), g.exp_avg.data_ptr<float>(),
-                   g.exp_avg_sq.data_ptr<float>(), n, coefs);
+      flat_finite_ &= adamw_update(g.params.data_ptr<float>(), g.grads.data_ptr<float>(),
+                                   g.exp_avg.data_ptr<float>(), g.exp_avg_sq.data_ptr<float>(), n, coefs);
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -44,6 +44,10 @@ class AdamW {
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
   int64_t state_bytes() const;
+  // Whether parameter i lives in a flat buffer, and whether the last step() left every
+  // flat-buffer parameter finite (checked in the update's own pass).
+  bool is_flat(size_t i) const { return in_group_[i]; }
+  bool flat_params_finite() const { return flat_finite_; }
 
  private:
   // One dtype's flat buffers and the parameters (indices into params_) viewing them.
@@ -61,6 +65,7 @@ class AdamW {
   std::vector<bool> in_group_;
   OptimizerSection cfg_;
   int64_t step_ = 0;
+  bool flat_finite_ = true;
 };
 
 // LR factor in [min_lr_factor, 1] for optimizer step `step` (0-based): linear warmup to 1 over

@@ -7,6 +7,7 @@
 
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
+#include "trainer/model/kernels/linear_kernel.h"
 #include "trainer/model/kernels/rms_norm_kernel.h"
 #include "trainer/model/kernels/rope_kernel.h"
 #include "trainer/model/kernels/swiglu_kernel.h"
@@ -31,7 +32,10 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return apply_wrap(wrap, x, [this](const torch::Tensor& in) { return torch::matmul(in, weight.t()); });
+  return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
+    if (fused && fusable(in) && weight.scalar_type() == in.scalar_type()) return fused_linear(in, weight);
+    return torch::matmul(in, weight.t());
+  });
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts) {
@@ -193,7 +197,9 @@ torch::Tensor TransformerImpl::run_layers(torch::Tensor h, int64_t begin, int64_
 
 torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
   if (output) return output(h);
-  return torch::matmul(h, tok_embeddings->weight.t());
+  const auto& w = tok_embeddings->weight;
+  if (kernels.linear && fusable(h) && w.scalar_type() == h.scalar_type()) return fused_linear(h, w);
+  return torch::matmul(h, w.t());
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
@@ -201,8 +207,14 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
 }
 
 void TransformerImpl::set_fused_kernels(const FusedKernels& k) {
+  kernels = k;
+  if (output) output->fused = k.linear;
   for (auto& block : layers) {
     block->attention->kernels = k;
+    for (auto* l : {&block->attention->wq, &block->attention->wk, &block->attention->wv, &block->attention->wo,
+                    &block->feed_forward->w1, &block->feed_forward->w2, &block->feed_forward->w3}) {
+      (*l)->fused = k.linear;
+    }
     for (auto* n : {&block->attention_norm, &block->ffn_norm, &block->attention->q_norm, &block->attention->k_norm}) {
       if (*n) (*n)->fused = k.rms_norm;
     }

@@ -21,6 +21,7 @@ class LinearImpl : public WeightModule {
  public:
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
+  bool fused = true;  // trainer/model/kernels/linear_kernel.h where the input allows it
 };
 TORCH_MODULE(Linear);
 
@@ -113,6 +114,7 @@ class TransformerImpl : public torch::nn::Module {
   Linear output{nullptr};  // null when embeddings are tied
   RopeTables rope;
   std::vector<BlockWrapFn> block_wrappers;
+  FusedKernels kernels;  // as last set by set_fused_kernels (the tied head reads .linear)
 };
 TORCH_MODULE(Transformer);
 

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "trainer/model/kernels/attention_tiles.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/thread_choice.h"
 
 namespace titan {
 namespace {
@@ -46,7 +47,7 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
       const AttentionShape<T> shape{B, H, KV, S, D, T(scale)};
       const View<T> qv = view_of<T>(q), kv = view_of<T>(k), vv = view_of<T>(v), ov = view_of<T>(o);
       T* lp = lse.data_ptr<T>();
-      at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
+      chosen_parallel_for("attention.forward", S * D * H, 0, B * KV, 1, [&](int64_t begin, int64_t end) {
         T* ws = thread_scratch<T>(forward_workspace(shape));
         for (int64_t task = begin; task < end; ++task) {
           attention_forward_task<T>(shape, qv, kv, vv, ov, lp, task, ws);
@@ -71,7 +72,7 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
       const View<T> qv = view_of<T>(q), kv = view_of<T>(k), vv = view_of<T>(v), ov = view_of<T>(o),
                     gv = view_of<T>(dout), dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const T* lp = lse.data_ptr<T>();
-      at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
+      chosen_parallel_for("attention.backward", S * D * H, 0, B * KV, 1, [&](int64_t begin, int64_t end) {
         T* ws = thread_scratch<T>(backward_workspace(shape));
         for (int64_t task = begin; task < end; ++task) {
           attention_backward_task<T>(shape, qv, kv, vv, ov, gv, lp, dqv, dkv, dvv, task, ws);

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/kernels/simd.h"
 
 namespace titan {
@@ -81,7 +82,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
       const T* xp = x.data_ptr<T>();
       const int64_t* lp = labels.data_ptr<int64_t>();
       T *sp = lse.data_ptr<T>(), *op = loss.data_ptr<T>();
-      at::parallel_for(0, rows, row_grain(V), [&](int64_t b, int64_t e) { ce_forward<T>(xp, lp, sp, op, V, b, e); });
+      chosen_parallel_for("cross_entropy.forward", V, 0, rows, row_grain(V), [&](int64_t b, int64_t e) { ce_forward<T>(xp, lp, sp, op, V, b, e); });
       // Row losses summed in double in row order: the same value whatever the thread count.
       for (int64_t r = 0; r < rows; ++r) total += op[r];
     });
@@ -103,7 +104,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
       const T *xp = x.data_ptr<T>(), *sp = lse.data_ptr<T>();
       const int64_t* lp = labels.data_ptr<int64_t>();
       T* dp = dx.data_ptr<T>();
-      at::parallel_for(0, rows, row_grain(V),
+      chosen_parallel_for("cross_entropy.backward", V, 0, rows, row_grain(V),
                        [&](int64_t b, int64_t e) { ce_backward<T>(xp, lp, sp, T(scale), dp, V, b, e); });
     });
     return {dx.view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor()};

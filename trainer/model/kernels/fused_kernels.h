@@ -15,7 +15,8 @@ struct FusedKernels {
   bool rope = true;
   bool attention = true;
   bool cross_entropy = true;
-  static FusedKernels all(bool on) { return {on, on, on, on, on}; }
+  bool linear = true;  // linear_kernel.h: one autograd node, GEMM threads chosen per shape
+  static FusedKernels all(bool on) { return {on, on, on, on, on, on}; }
 };
 
 // A strided CPU tensor of float or double.

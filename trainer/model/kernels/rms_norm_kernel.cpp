@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/kernels/simd.h"
 
 namespace titan {
@@ -88,7 +89,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
       using T = decltype(tag);
       const T *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>();
       T *yp = y.data_ptr<T>(), *sp = rstd.data_ptr<T>();
-      at::parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
+      chosen_parallel_for("rms_norm.forward", n, 0, rows, row_grain(n), [&](int64_t b, int64_t e) {
         rms_forward<T>(xp, wp, yp, sp, n, T(eps), b, e);
       });
     });
@@ -113,7 +114,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
       T* dxp = dx.data_ptr<T>();
       double* dwp = dw_parts.data_ptr<double>();
       const int64_t per = (rows + chunks - 1) / chunks;
-      at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+      chosen_parallel_for("rms_norm.backward", n * rows, 0, chunks, 1, [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c) {
           rms_backward<T>(xp, wp, gp, sp, dxp, dwp + c * n, n, c * per, std::min(rows, (c + 1) * per));
         }

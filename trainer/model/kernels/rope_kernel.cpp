@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/kernels/simd.h"
 
 namespace titan {
@@ -76,7 +77,7 @@ torch::Tensor run_rope(const torch::Tensor& x_in, const torch::Tensor& cos, cons
     const T *xp = x.data_ptr<T>(), *cp = c.data_ptr<T>(), *sp = s.data_ptr<T>();
     T* yp = y.data_ptr<T>();
     const RowMap xm = row_map(x), ym = row_map(y);
-    at::parallel_for(0, rows, row_grain(D), [&](int64_t b, int64_t e) {
+    chosen_parallel_for(backward ? "rope.backward" : "rope.forward", D, 0, rows, row_grain(D), [&](int64_t b, int64_t e) {
       rope_kernel<T>(xp, xm, yp, ym, cp, sp, D, backward, b, e);
     });
   });

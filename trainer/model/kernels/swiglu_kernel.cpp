@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/kernels/simd.h"
 
 namespace titan {
@@ -57,7 +58,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
       using T = decltype(tag);
       const T *ap = a.data_ptr<T>(), *bp = b.data_ptr<T>();
       T* yp = y.data_ptr<T>();
-      at::parallel_for(0, a.numel(), kGrain, [&](int64_t s, int64_t e) { swiglu_forward<T>(ap, bp, yp, s, e); });
+      chosen_parallel_for("swiglu.forward", 0, 0, a.numel(), kGrain, [&](int64_t s, int64_t e) { swiglu_forward<T>(ap, bp, yp, s, e); });
     });
     ctx->save_for_backward({a, b});
     return y;
@@ -72,7 +73,7 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
       using T = decltype(tag);
       const T *ap = a.data_ptr<T>(), *bp = b.data_ptr<T>(), *gp = g.data_ptr<T>();
       T *dap = da.data_ptr<T>(), *dbp = db.data_ptr<T>();
-      at::parallel_for(0, a.numel(), kGrain,
+      chosen_parallel_for("swiglu.backward", 0, 0, a.numel(), kGrain,
                        [&](int64_t s, int64_t e) { swiglu_backward<T>(ap, bp, gp, dap, dbp, s, e); });
     });
     return {da, db};

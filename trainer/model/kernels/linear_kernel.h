@@ -1,0 +1,15 @@
+// Bias-free linear layer y = x W^T as one autograd Function: one node instead of matmul's
+// reshape, transpose and mm nodes, its backward computes only the gradients asked for, and
+// each of its three GEMMs runs on the thread count chosen for its shape
+// (thread_choice.h). Used by LinearImpl (trainer/model/model.h) when FusedKernels::linear is on.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace titan {
+
+// x [..., in] @ W^T for float or double CPU tensors of one dtype, W [out, in]; the same
+// value as torch::matmul(x, W.t()).
+torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight);
+
+}  // namespace titan

@@ -1,0 +1,48 @@
+#include "trainer/model/kernels/thread_choice.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
+
+#include <omp.h>
+
+namespace titan {
+namespace {
+
+struct Key {
+  const char* site;
+  int64_t a, b, c;
+  bool operator==(const Key& o) const { return site == o.site && a == o.a && b == o.b && c == o.c; }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<const void*>()(k.site);
+    for (int64_t v : {k.a, k.b, k.c}) h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+
+// TITAN_THREAD_CHOICE=0 starts with the choice off (every site on all threads): for A/B runs.
+bool enabled_from_env() {
+  const char* v = std::getenv("TITAN_THREAD_CHOICE");
+  return !(v && std::string(v) == "0");
+}
+
+std::atomic<bool> g_enabled{enabled_from_env()};
+
+}  // namespace
+
+ThreadChoiceState& thread_choice_state(const char* site, int64_t a, int64_t b, int64_t c) {
+  // Per thread: no lock on the hot path; the autograd engine and the caller each learn their own.
+  thread_local std::unordered_map<Key, ThreadChoiceState, KeyHash> states;
+  return states[Key{site, a, b, c}];
+}
+
+void set_intra_op_threads(int n) { omp_set_num_threads(n); }
+
+void set_thread_choice_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool thread_choice_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+}  // namespace titan

@@ -1,0 +1,76 @@
+// Per call site and shape, whether a piece of intra-op work (a GEMM, a fused kernel) runs on
+// all of the intra-op threads or on one, chosen by timing both. Why: whether a second thread
+// pays depends on the shape and on the machine. A GEMM of 1024 x 128 x 128 takes ~0.2 ms on
+// one core; split over two threads, OpenBLAS and the OpenMP pool spend about as much in
+// hand-offs and waits, and when the other core is busy with another process the waits grow
+// to milliseconds (a 2-thread debug-model step ran 3-6x slower than a 1-thread one on a
+// loaded 2-core host). Large GEMMs do scale. The shapes of a training step repeat every step,
+// so each (site, shape) is timed a few times each way early on and then keeps the faster.
+//
+// Results do not depend on the choice: every kernel routed here computes each output
+// element on one thread in a fixed order (OpenBLAS splits M and N, never K), so a choice
+// changes speed only; the parity tests pin that down.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include <ATen/Parallel.h>
+
+namespace titan {
+
+struct ThreadChoiceState {
+  double best[2] = {1e300, 1e300};  // fastest time seen with one thread [0] and with all [1]
+  int trials[2] = {0, 0};
+  int seen = 0;
+  int decided = -1;  // -1: still timing; else the variant kept
+};
+
+// This thread's state for (site, a, b, c); site is a string literal (compared by address).
+ThreadChoiceState& thread_choice_state(const char* site, int64_t a, int64_t b, int64_t c);
+// omp_set_num_threads for the calling thread, which is what at::parallel_for and OpenBLAS read.
+void set_intra_op_threads(int n);
+// False turns the timing off: work always runs on all threads (tests use it to compare;
+// TITAN_THREAD_CHOICE=0 in the environment starts with it off, for A/B benchmarks).
+void set_thread_choice_enabled(bool on);
+bool thread_choice_enabled();
+
+constexpr int kThreadChoiceTrials = 3;
+
+// Runs f() on one thread or on all of them, as chosen for (site, a, b, c).
+template <typename F>
+void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& f) {
+  const int full = at::get_num_threads();
+  if (full <= 1 || at::in_parallel_region() || !thread_choice_enabled()) {
+    f();
+    return;
+  }
+  ThreadChoiceState& s = thread_choice_state(site, a, b, c);
+  // The first call of a shape warms caches and the allocator: run it, time nothing.
+  const bool timing = s.decided < 0 && s.seen++ > 0;
+  const int variant = s.decided >= 0 ? s.decided : (s.trials[0] <= s.trials[1] ? 0 : 1);
+  struct Restore {
+    int n;
+    bool on;
+    ~Restore() {
+      if (on) set_intra_op_threads(n);
+    }
+  } restore{full, variant == 0};
+  if (variant == 0) set_intra_op_threads(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  if (!timing) return;
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (t < s.best[variant]) s.best[variant] = t;
+  if (++s.trials[variant] >= kThreadChoiceTrials && s.trials[1 - variant] >= kThreadChoiceTrials) {
+    s.decided = s.best[0] < s.best[1] ? 0 : 1;
+  }
+}
+
+// at::parallel_for(begin, end, grain, f) on the thread count chosen for (site, end - begin, a).
+template <typename F>
+void chosen_parallel_for(const char* site, int64_t a, int64_t begin, int64_t end, int64_t grain, const F& f) {
+  with_chosen_threads(site, end - begin, a, grain, [&] { at::parallel_for(begin, end, grain, f); });
+}
+
+}  // namespace titan
