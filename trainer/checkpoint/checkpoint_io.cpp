@@ -188,8 +188,26 @@ int64_t write_rank_file(const std::string& path, const CheckpointMeta& meta, con
 
 struct CheckpointReader::File {
   std::string path;
+  int64_t bytes = 0;
   h5::Handle handle;
 };
+
+namespace {
+
+// titan writes datasets contiguous and uncompressed, so a dataset's elements lie in its file:
+// a declared length beyond the file's size is damage, refused before anything is allocated.
+void check_length_in_file(int64_t length, int64_t element_bytes, int64_t file_bytes, const std::string& where) {
+  TITAN_CHECK(length >= 0 && length <= file_bytes / element_bytes, where, ": declares ", length, " elements of ",
+              element_bytes, " bytes, more than the file's ", file_bytes, " bytes (damaged file)");
+}
+
+// Checksum blocks of `block` elements over `length`: block > 0, and no overflow on the way.
+void check_crc_table(int64_t length, int64_t block, size_t entries, const std::string& where) {
+  TITAN_CHECK(block > 0 && int64_t(entries) == length / block + (length % block != 0 ? 1 : 0), where,
+              ": checksum table does not match its length");
+}
+
+}  // namespace
 
 struct CheckpointReader::Piece {
   int64_t file = 0;
@@ -215,6 +233,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::vector<std
     }
     auto f = std::make_unique<File>();
     f->path = path;
+    f->bytes = static_cast<int64_t>(fs::file_size(path, ec));
     f->handle = h5::open_file_readonly(path);
     CheckpointMeta m = read_meta(f->handle.get(), path);
     TITAN_CHECK(m.rank == int64_t(r) && m.world_size == int64_t(files.size()), path, ": records rank ", m.rank,
@@ -239,8 +258,8 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::vector<std
         p.block = h5::attr_int(ds.get(), "crc32_block_elems");
         p.dtype = dtype_from(h5::attr_string(ds.get(), "dtype"), path + ":" + p.dataset);
         p.crc = h5::attr_u32s(ds.get(), "crc32");
-        TITAN_CHECK(p.block > 0 && int64_t(p.crc.size()) == (p.length + p.block - 1) / p.block, path, ":",
-                    p.dataset, ": checksum table does not match its length");
+        check_length_in_file(p.length, torch::elementSize(p.dtype), f->bytes, path + ":" + p.dataset);
+        check_crc_table(p.length, p.block, p.crc.size(), path + ":" + p.dataset);
         p.box_offset = h5::attr_ints(ds.get(), "box_offset");
         p.box_shape = h5::attr_ints(ds.get(), "box_shape");
         check_box(p.global_shape, p.box_offset, p.box_shape, p.flat_offset, p.length, path + ":" + p.dataset);
@@ -338,8 +357,15 @@ void CheckpointReader::read(const std::string& group, const std::string& name, i
 
 torch::Tensor CheckpointReader::read_full(const std::string& group, const std::string& name) {
   const auto& shape = global_shape(group, name);
-  int64_t numel = 1;
-  for (auto s : shape) numel *= s;
+  int64_t numel = 1, saved = 0;
+  for (auto s : shape) numel *= s;  // fits: check_box checked every piece's global shape
+  for (auto& p : index_.at(group + "/" + name)) {
+    saved += std::min(p.length, numel - saved);  // p.length >= 0; never past numel
+    if (saved >= numel) break;
+  }
+  // Allocate only what the pieces can fill: a damaged global_shape must not ask for terabytes.
+  TITAN_CHECK(saved >= numel, dir_, ": tensor ", group, "/", name, " of ", numel, " elements has only ", saved,
+              " saved (missing shard or damaged global_shape)");
   auto out = torch::empty({numel}, torch::TensorOptions().dtype(index_.at(group + "/" + name).front().dtype));
   read(group, name, 0, out);
   return out.view(shape);
@@ -352,11 +378,13 @@ torch::Tensor CheckpointReader::rng(int64_t rank) {
   h5::Handle g = h5::open_group(f.handle.get(), "rng");
   h5::Handle ds = h5::open_dataset(g.get(), "torch_cpu");
   const int64_t n = h5::dataset_length(ds.get());
+  check_length_in_file(n, 1, f.bytes, f.path + ":rng/torch_cpu");
+  const auto crc = h5::attr_u32s(ds.get(), "crc32");
+  const int64_t block = h5::attr_int(ds.get(), "crc32_block_elems");
+  check_crc_table(n, block, crc.size(), f.path + ":rng/torch_cpu");
   auto out = torch::empty({n}, torch::kUInt8);
   h5::read_range(ds.get(), H5T_NATIVE_UINT8, 0, n, out.data_ptr());
-  const auto crc = h5::attr_u32s(ds.get(), "crc32");
-  TITAN_CHECK(block_crcs(out, h5::attr_int(ds.get(), "crc32_block_elems")) == crc, f.path,
-              ": rng/torch_cpu checksum mismatch");
+  TITAN_CHECK(block_crcs(out, block) == crc, f.path, ": rng/torch_cpu checksum mismatch");
   return out;
 }
 

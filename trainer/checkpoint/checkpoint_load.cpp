@@ -6,14 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "collectives/communicator.h"
 #include "common/error.h"
 #include "trainer/checkpoint/checkpoint_io.h"
 #include "trainer/checkpoint/hf_interop.h"
+#include "trainer/checkpoint/step_folders.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -43,16 +43,10 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir
   auto st = std::make_unique<Staged>();
   std::ifstream f(fs::path(dir) / "COMPLETE");
   TITAN_CHECK(f.good(), dir, ": no COMPLETE marker (the save did not finish)");
-  nlohmann::json marker;
-  try {
-    f >> marker;
-  } catch (const std::exception& e) {
-    TITAN_FAIL(dir, "/COMPLETE is malformed: ", e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const double t0 = now_s();
-  const auto files = marker.at("rank_files").get<std::vector<std::string>>();
-  const auto sizes = marker.at("rank_file_bytes").get<std::vector<int64_t>>();
-  CheckpointReader reader(dir, files, sizes);
+  const CompleteMarker marker = parse_complete_marker(text, dir + "/COMPLETE");
+  CheckpointReader reader(dir, marker.rank_files, marker.rank_file_bytes);
   const CheckpointMeta& m = reader.meta();
   const std::string mine = model_args_json(trainer_.model_args());
   TITAN_CONFIG_CHECK(m.model_args_json == mine, dir, " is a checkpoint of another model: saved ", m.model_args_json,

@@ -59,6 +59,34 @@ bool is_model_only(const std::string& dir) {
   return marker.is_object() && marker.value("model_only", false);
 }
 
+CompleteMarker parse_complete_marker(const std::string& text, const std::string& where) {
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TITAN_CHECK(m.is_object(), where, " is malformed: not a JSON object");
+  auto list = [&](const char* key) -> const nlohmann::json& {
+    auto it = m.find(key);
+    TITAN_CHECK(it != m.end() && it->is_array(), where, ": \"", key, "\" is missing or not a list");
+    return *it;
+  };
+  CompleteMarker out;
+  for (const auto& f : list("rank_files")) {
+    TITAN_CHECK(f.is_string(), where, ": \"rank_files\" holds a non-string entry");
+    const std::string name = f.get<std::string>();
+    // A file name inside the step folder, never a path out of it.
+    TITAN_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                where, ": \"rank_files\" entry \"", name, "\" is not a file name");
+    out.rank_files.push_back(name);
+  }
+  TITAN_CHECK(!out.rank_files.empty(), where, ": \"rank_files\" is empty");
+  for (const auto& b : list("rank_file_bytes")) {
+    TITAN_CHECK(b.is_number_integer() && b.get<int64_t>() >= -1, where,
+                ": \"rank_file_bytes\" holds an entry that is not a byte count");
+    out.rank_file_bytes.push_back(b.get<int64_t>());
+  }
+  TITAN_CHECK(out.rank_file_bytes.size() == out.rank_files.size(), where, ": ",
+              out.rank_files.size(), " rank files but ", out.rank_file_bytes.size(), " sizes");
+  return out;
+}
+
 std::vector<StepFolder> list_step_folders(const std::string& folder) {
   std::vector<StepFolder> out;
   std::error_code ec;

@@ -28,6 +28,16 @@ int remove_unfinished_saves(const std::string& folder);
 // A final model-only export (its COMPLETE marker says so).
 bool is_model_only(const std::string& dir);
 
+// What a step folder's COMPLETE marker (JSON) lists: the rank files in saved-rank order and
+// their byte sizes. Any malformed, missing or out-of-range field is a runtime titan::Error
+// naming `where` and the key (a damaged checkpoint, skipped at resume). No torch, no disk:
+// the checkpoint fuzz target (tests/trainer/fuzz/checkpoint_fuzz.cpp) calls it on raw bytes.
+struct CompleteMarker {
+  std::vector<std::string> rank_files;
+  std::vector<int64_t> rank_file_bytes;  // -1: unknown
+};
+CompleteMarker parse_complete_marker(const std::string& text, const std::string& where);
+
 // Creates the folder if needed and writes (then removes) a probe file; a config error naming the
 // folder when it cannot be written, so a bad checkpoint.folder fails at start, not at a save.
 void check_folder_writable(const std::string& folder, int64_t rank);
