@@ -83,6 +83,7 @@ enum class CostBasis {
   kNone,            // no time (views)
 };
 constexpr int kCostBases = 7;
+static_assert(static_cast<int>(CostBasis::kNone) + 1 == kCostBases, "kCostBases counts CostBasis");
 const char* cost_basis_name(CostBasis basis);  // what it rests on, for the report
 
 // What a run of ops becomes on the device.
