@@ -288,11 +288,10 @@ std::string format_report(const SimulationResult& r) {
   os << "\n";
   // What the figures above rest on where nothing was measured (StepReport::uncertain).
   os << "  least sure of   " << std::setprecision(1) << 100.0 * devices::uncertain_share(s)
-     << " % of the step rests on unmeasured figures";
-  for (size_t i = 0; i < s.uncertain.size() && i < 4; ++i)
-    os << (i ? "; " : ": ") << s.uncertain[i].category << " " << std::setprecision(1)
-       << 100.0 * s.uncertain[i].seconds / s.step_time_s << " %";
-  os << "\n";
+     << " % of the step rests on unmeasured figures" << (s.uncertain.empty() ? "" : ":") << "\n";
+  for (size_t i = 0; i < s.uncertain.size() && i < 5; ++i)
+    os << "                  " << std::setw(5) << std::setprecision(1)
+       << 100.0 * s.uncertain[i].seconds / s.step_time_s << " %  " << s.uncertain[i].category << "\n";
   if (!r.other_mode.empty()) {
     os << std::setprecision(2) << "  other mode      " << r.other_mode << ": MFU " << r.other_mfu_percent
        << " %, step " << std::setprecision(4) << r.other_step_time_s << " s\n";
