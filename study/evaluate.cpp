@@ -28,6 +28,7 @@ Breakdown breakdown_of(const SimulationResult& r) {
   Breakdown b;
   b.compute_s = s.compute_s;
   b.exposed_comm_s = s.exposed_comm_s;
+  b.exposed_by_kind = r.exposed_comm_by_kind;
   for (const auto& c : s.costs)
     if (c.category.rfind("pipeline bubble", 0) == 0) b.bubble_s += c.seconds;
   // What is left of the step: the timeline's idle time (the bubble is part of it under PP).

@@ -94,9 +94,16 @@ std::vector<std::string> draw_plots(const std::string& folder, const std::string
       pngs.push_back(base + "_mfu.png");
     }
   }
-  // Stacked shares of the step time.
+  // Stacked shares of the step time, exposed communication by collective kind (the kinds
+  // any point exposes, in first-seen order).
+  std::vector<std::string> kinds;
+  for (const auto& p : points)
+    for (const auto& k : p.breakdown.exposed_by_kind)
+      if (std::find(kinds.begin(), kinds.end(), k.category) == kinds.end()) kinds.push_back(k.category);
   std::ofstream dat(base + "_breakdown.dat");
-  dat << "label compute exposed_comm bubble idle\n";
+  dat << "label compute";
+  for (const auto& k : kinds) dat << " " << quoted("exposed " + k);
+  dat << " bubble idle\n";
   int rows = 0;
   for (const auto& p : points) {
     if (p.verdict != Verdict::kOk || p.result.report.step_time_s <= 0) continue;
@@ -104,8 +111,14 @@ std::vector<std::string> draw_plots(const std::string& folder, const std::string
     std::string label;
     for (const auto& k : keys) label += (label.empty() ? "" : " ") + key_value(p.cfg, k);
     const auto& b = p.breakdown;
-    dat << quoted(label.empty() ? "base" : label) << " " << b.compute_s / t << " " << b.exposed_comm_s / t << " "
-        << b.bubble_s / t << " " << b.idle_s / t << "\n";
+    dat << quoted(label.empty() ? "base" : label) << " " << b.compute_s / t;
+    for (const auto& k : kinds) {
+      double s = 0;
+      for (const auto& e : b.exposed_by_kind)
+        if (e.category == k) s = e.seconds;
+      dat << " " << s / t;
+    }
+    dat << " " << b.bubble_s / t << " " << b.idle_s / t << "\n";
     ++rows;
   }
   dat.close();
@@ -115,7 +128,7 @@ std::vector<std::string> draw_plots(const std::string& folder, const std::string
      << "\nset ylabel 'share of step time (%)'\nset yrange [0:100]\nset style data histograms\n"
      << "set style histogram rowstacked\nset style fill solid 0.85 border -1\nset boxwidth 0.8\n"
      << "set xtics rotate by -60 font 'sans,8'\nset key outside right\n"
-     << "plot for [i=2:5] " << quoted(base + "_breakdown.dat") << " using i:xtic(1) title columnheader(i)\n";
+     << "plot for [i=2:" << 4 + kinds.size() << "] " << quoted(base + "_breakdown.dat") << " using i:xtic(1) title columnheader(i)\n";
   gp.close();
   if (rows > 0) {
     run_gnuplot(base + "_breakdown.gp");

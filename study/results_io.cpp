@@ -15,8 +15,8 @@ const std::vector<std::string>& result_columns() {
       "device", "num_chips", "pp", "dp_replicate", "dp_shard", "tp", "collective_mode", "execution",
       "activation_checkpoint", "pipeline_schedule", "local_batch_size", "global_batch_size", "seq_len",
       "microbatches", "verdict", "reason", "step_time_s", "tokens_per_s_per_chip", "tflops_per_chip", "mfu",
-      "memory_gib", "memory_capacity_gib", "compute_s", "exposed_comm_s", "bubble_s", "idle_s",
-      "usd_per_chip_hour", "usd_per_million_tokens"};
+      "memory_gib", "memory_capacity_gib", "compute_s", "exposed_comm_s", "exposed_comm_by_kind", "bubble_s",
+      "idle_s", "usd_per_chip_hour", "usd_per_million_tokens"};
   return c;
 }
 
@@ -53,6 +53,11 @@ nlohmann::json point_json(const Point& p, const PriceTable& prices) {
                                  : nlohmann::json(nullptr);
   j["compute_s"] = num(p.breakdown.compute_s);
   j["exposed_comm_s"] = num(p.breakdown.exposed_comm_s);
+  // "all_gather=0.0123 reduce_scatter=0.0045": seconds per kind, one field in CSV and JSONL.
+  std::ostringstream kinds;
+  kinds.precision(8);
+  for (const auto& k : p.breakdown.exposed_by_kind) kinds << (kinds.tellp() > 0 ? " " : "") << k.category << "=" << k.seconds;
+  j["exposed_comm_by_kind"] = ok ? nlohmann::json(kinds.str()) : nlohmann::json(nullptr);
   j["bubble_s"] = num(p.breakdown.bubble_s);
   j["idle_s"] = num(p.breakdown.idle_s);
   const auto price = prices.find(j["device"].get<std::string>());

@@ -63,6 +63,11 @@ TEST(StudySweep, ProducesExpectedRowsAndPngPlots) {
     const auto& b = p.breakdown;
     EXPECT_NEAR(b.compute_s + b.exposed_comm_s + b.bubble_s + b.idle_s, p.result.report.step_time_s,
                 1e-9 + 1e-6 * p.result.report.step_time_s);
+    // The exposed time split by collective kind adds up to it; separate mode exposes some.
+    double by_kind = 0;
+    for (const auto& k : b.exposed_by_kind) by_kind += k.seconds;
+    EXPECT_NEAR(by_kind, b.exposed_comm_s, 1e-9 * p.result.report.step_time_s);
+    if (p.cfg.comm.collective_mode == CollectiveMode::kSeparate) EXPECT_FALSE(b.exposed_by_kind.empty());
   }
   EXPECT_EQ(run.points[2].cfg.simulation.num_chips, 8);
   EXPECT_EQ(run.points[3].cfg.comm.collective_mode, CollectiveMode::kSeparate);

@@ -115,6 +115,30 @@ LayerSamples deeper_samples(const LayerSamples& s) {
 
 namespace {
 
+// Items by category (costs, unmeasured bases, exposed time by kind): the same categories in
+// every sample, each extended, largest first.
+std::vector<devices::CostItem> extrapolate_items(Fit& fit, const std::string& what,
+                                                 const std::vector<devices::CostItem>& ia,
+                                                 const std::vector<devices::CostItem>& ib,
+                                                 const std::vector<devices::CostItem>& ic, double floor) {
+  auto by_name = [](const std::vector<devices::CostItem>& items) {
+    std::map<std::string, double> out;
+    for (const auto& it : items) out[it.category] += it.seconds;
+    return out;
+  };
+  const auto ca = by_name(ia), cb = by_name(ib), cc = by_name(ic);
+  fit.same(what + " categories", ca.size() == cc.size() && cb.size() == cc.size());
+  std::vector<devices::CostItem> list;
+  for (const auto& [name, sec] : cc) {
+    const std::string label = what + " " + name;
+    const bool everywhere = ca.count(name) && cb.count(name);
+    fit.same(label, everywhere);
+    if (everywhere) list.push_back({name, fit.real(label, ca.at(name), cb.at(name), sec, floor)});
+  }
+  std::stable_sort(list.begin(), list.end(), [](const auto& p, const auto& q) { return p.seconds > q.seconds; });
+  return list;
+}
+
 // One replay's report extended: times, counts, streams and costs by category.
 devices::StepReport extrapolate_report(Fit& fit, const devices::StepReport& ra, const devices::StepReport& rb,
                                        const devices::StepReport& rc) {
@@ -141,28 +165,8 @@ devices::StepReport extrapolate_report(Fit& fit, const devices::StepReport& ra, 
     r.streams[i].busy_s =
         fit.real("stream " + n, ra.streams[i].busy_s, rb.streams[i].busy_s, rc.streams[i].busy_s, step);
   }
-  // Costs (and the unmeasured bases) by category: the same categories in every sample, each
-  // extended, largest first.
-  auto items = [&](const char* what, std::vector<devices::CostItem> devices::StepReport::*m) {
-    auto by_name = [&](const devices::StepReport& rep) {
-      std::map<std::string, double> out;
-      for (const auto& it : rep.*m) out[it.category] += it.seconds;
-      return out;
-    };
-    const auto ca = by_name(ra), cb = by_name(rb), cc = by_name(rc);
-    fit.same(std::string(what) + " categories", ca.size() == cc.size() && cb.size() == cc.size());
-    std::vector<devices::CostItem>& list = r.*m;
-    list.clear();
-    for (const auto& [name, sec] : cc) {
-      const std::string label = std::string(what) + " " + name;
-      const bool everywhere = ca.count(name) && cb.count(name);
-      fit.same(label, everywhere);
-      if (everywhere) list.push_back({name, fit.real(label, ca.at(name), cb.at(name), sec, step)});
-    }
-    std::stable_sort(list.begin(), list.end(), [](const auto& p, const auto& q) { return p.seconds > q.seconds; });
-  };
-  items("cost", &devices::StepReport::costs);
-  items("unmeasured basis", &devices::StepReport::uncertain);
+  r.costs = extrapolate_items(fit, "cost", ra.costs, rb.costs, rc.costs, step);
+  r.uncertain = extrapolate_items(fit, "unmeasured basis", ra.uncertain, rb.uncertain, rc.uncertain, step);
   return r;
 }
 
@@ -197,13 +201,22 @@ void extrapolate_pipeline(Fit& fit, const std::array<ReplayFigures, 3>& f, Repla
     for (size_t i = 0; i < cc.duration_s[r].size(); ++i)
       e.duration_s[r][i] = fit.real("pipeline rank " + std::to_string(r) + " segment " + std::to_string(i),
                                     ca.duration_s[r][i], cb.duration_s[r][i], cc.duration_s[r][i], step);
-  for (size_t i = 0; i < cc.rank0.size(); ++i) e.rank0[i] = extrapolate_report(fit, ca.rank0[i], cb.rank0[i], cc.rank0[i]);
+  fit.same("pipeline segment exposure", ca.rank0_exposed.size() == cc.rank0.size() &&
+                                            cb.rank0_exposed.size() == cc.rank0.size() &&
+                                            cc.rank0_exposed.size() == cc.rank0.size());
+  if (!fit.ok()) return;
+  for (size_t i = 0; i < cc.rank0.size(); ++i) {
+    e.rank0[i] = extrapolate_report(fit, ca.rank0[i], cb.rank0[i], cc.rank0[i]);
+    e.rank0_exposed[i] = extrapolate_items(fit, "exposed", ca.rank0_exposed[i], cb.rank0_exposed[i],
+                                           cc.rank0_exposed[i], step);
+  }
   e.rank0_sends = fit.real("pipeline sends", ca.rank0_sends, cb.rank0_sends, cc.rank0_sends, step);
   if (!fit.ok()) return;
   PipelineReplayReport pr = compose_pipeline_step(*c.pipeline_structure, e, c.options);
   out.report = std::move(pr.report);
   out.rank_busy_s = std::move(pr.rank_busy_s);
   out.bubble_fraction = pr.bubble_fraction;
+  out.exposed_by_kind = std::move(pr.exposed_by_kind);
   out.segment_costs = std::move(e);
   for (size_t q = 0; q < c.rank_local_params.size(); ++q) {
     const std::string rank = "pipeline rank " + std::to_string(q);
@@ -229,7 +242,11 @@ Extrapolation extrapolate_layers(const LayerSamples& s, const std::array<ReplayF
                            a.rank_holds_output == c.rank_holds_output && b.rank_holds_output == c.rank_holds_output);
   if (fit.ok()) {
     if (c.pipeline) extrapolate_pipeline(fit, f, out);
-    else out.report = extrapolate_report(fit, a.report, b.report, c.report);
+    else {
+      out.report = extrapolate_report(fit, a.report, b.report, c.report);
+      out.exposed_by_kind = extrapolate_items(fit, "exposed", a.exposed_by_kind, b.exposed_by_kind,
+                                              c.exposed_by_kind, std::abs(c.report.step_time_s));
+    }
   }
   x.ok = fit.ok();
   x.why = fit.why();

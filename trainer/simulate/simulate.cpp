@@ -23,6 +23,7 @@
 #include "trainer/step/parallelize.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/simulate/chrome_trace.h"
+#include "trainer/simulate/exposed_comm.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
 
@@ -141,12 +142,16 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     f.pipeline_schedule = p.schedule.name;
     f.pipeline_stages = p.schedule.num_stages;
     f.bubble_fraction = pr.bubble_fraction;
+    f.exposed_by_kind = std::move(pr.exposed_by_kind);
     f.rank_busy_s = std::move(pr.rank_busy_s);
     f.rank_local_params = p.local_params;
     f.rank_peak_live_layers = p.peak_live_layers;
     f.rank_holds_output = p.holds_output;
   } else {
+    o.keep_events = true;  // exposed time by kind; dropped again unless asked for
     f.report = devices::simulate_step(rec.trace, placement, chip, o);
+    f.exposed_by_kind = exposed_by_kind(f.report);
+    if (!keep_events) f.report.events.clear();
   }
   return f;
 }
@@ -161,6 +166,7 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
   r.global_batch = f.global_batch;
   r.seq_len = cfg.training.seq_len;
   r.microbatches = f.microbatches;
+  r.exposed_comm_by_kind = f.exposed_by_kind;
   if (f.pipeline) {
     r.pipeline_schedule = f.pipeline_schedule;
     r.pipeline_stages = f.pipeline_stages;
@@ -332,6 +338,9 @@ std::string to_json(const SimulationResult& r) {
   nlohmann::json costs = nlohmann::json::array();
   for (const auto& c : s.costs) costs.push_back({{"category", c.category}, {"seconds", c.seconds}});
   j["costs"] = costs;
+  nlohmann::json exposed = nlohmann::json::array();
+  for (const auto& c : r.exposed_comm_by_kind) exposed.push_back({{"kind", c.category}, {"seconds", c.seconds}});
+  j["exposed_comm_by_kind"] = exposed;
   nlohmann::json uncertain = nlohmann::json::array();
   for (const auto& c : s.uncertain)
     uncertain.push_back({{"basis", c.category}, {"seconds", c.seconds},

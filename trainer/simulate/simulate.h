@@ -60,6 +60,8 @@ struct SimulationResult {
   std::string other_mode;  // the other collective mode, re-recorded and replayed
   double other_step_time_s = 0, other_mfu_percent = 0;
   double wall_s = 0;  // this process's time to record and replay (both modes)
+  // report.exposed_comm_s split by collective kind (exposed_comm.h), largest first.
+  std::vector<devices::CostItem> exposed_comm_by_kind;
   // Pipeline parallelism (empty without): schedule, bubble over every pipeline rank, each
   // pipeline rank's busy time and memory (the memory above is the largest).
   std::string pipeline_schedule;
@@ -82,6 +84,7 @@ struct ReplayFigures {
   std::string pipeline_schedule;
   int64_t pipeline_stages = 0;
   double bubble_fraction = 0;
+  std::vector<devices::CostItem> exposed_by_kind;  // exposed communication by collective kind
   std::vector<double> rank_busy_s;
   std::vector<int64_t> rank_local_params, rank_peak_live_layers;
   std::vector<bool> rank_holds_output;

@@ -6,6 +6,7 @@
 
 #include "collectives/world.h"
 #include "common/error.h"
+#include "trainer/simulate/exposed_comm.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
 
@@ -132,9 +133,15 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
           if (r == 0) c.rank0_sends += d;
         }
       } else {
-        devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, options);
+        devices::SimulationOptions o = options;
+        o.keep_events = options.keep_events || r == 0;  // the first rank's: exposed time by kind
+        devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, o);
         d = sr.step_time_s;
-        if (r == 0) c.rank0.push_back(std::move(sr));
+        if (r == 0) {
+          c.rank0_exposed.push_back(exposed_by_kind(sr));
+          if (!options.keep_events) sr.events.clear();
+          c.rank0.push_back(std::move(sr));
+        }
       }
       c.duration_s[r].push_back(d);
     }
@@ -200,6 +207,10 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
     for (const auto& c : sr.uncertain) uncertain[c.category] += c.seconds;
   }
   const double rank0_sends = costs.rank0_sends;
+  for (const auto& e : costs.rank0_exposed) add_by_kind(out.exposed_by_kind, e);
+  if (!fused && rank0_sends > 0) add_by_kind(out.exposed_by_kind, {{"send/recv", rank0_sends}});
+  std::stable_sort(out.exposed_by_kind.begin(), out.exposed_by_kind.end(),
+                   [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   rep.step_time_s = res.makespan_s;
   rep.comm_s += rank0_sends;
   if (rank0_sends > 0) cost_of["send/recv pp"] += rank0_sends;

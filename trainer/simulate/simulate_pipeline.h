@@ -50,6 +50,9 @@ struct PipelineReplayReport {
                                         // are the first pipeline rank's, its waits as bubble
   std::vector<double> rank_busy_s;      // per pipeline rank: time in its own segments
   double bubble_fraction = 0;           // over every pipeline rank (devices/pipeline_replay.h)
+  // The first pipeline rank's exposed communication by collective kind (exposed_comm.h),
+  // blocking sends included in separate mode.
+  std::vector<devices::CostItem> exposed_by_kind;
   // When each segment of each pipeline rank ran (RecordedPipeline::ranks' order): traces.
   std::vector<std::vector<devices::PipeTiming>> timing;
 };
@@ -59,6 +62,7 @@ struct PipelineReplayReport {
 struct PipelineSegmentCosts {
   std::vector<std::vector<double>> duration_s;  // per pipeline rank, per segment (a receive: 0)
   std::vector<devices::StepReport> rank0;       // the first pipeline rank's non-p2p segments
+  std::vector<std::vector<devices::CostItem>> rank0_exposed;  // theirs by collective kind
   double rank0_sends = 0;                       // its sends' transfer time
 };
 PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const devices::Placement& placement,
