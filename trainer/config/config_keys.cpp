@@ -67,7 +67,8 @@ Registry make_registry(JobConfig& c) {
   r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
   r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
   r.add("training", "fused_kernels", &c.training.fused_kernels,
-        "fused CPU kernels for RMSNorm, SwiGLU, RoPE, attention and cross entropy (false: composite ATen ops)");
+        "fused CPU kernels for RMSNorm, SwiGLU, RoPE, attention, cross entropy and the linear layers, each on the "
+        "thread count timed fastest for its shape (false: composite ATen ops)");
   r.add("training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps,
         "non-finite loss or gradient norm: skip the step (true) or stop the job (false)");
   r.add("training", "threads", &c.training.threads, 0, 4096,
