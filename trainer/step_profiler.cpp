@@ -149,15 +149,16 @@ bool StepProfiler::traces(int64_t step) const {
 
 void StepProfiler::before_step(int64_t step) {
   if (!traces(step)) return;
+  // Ranks leave the barrier together: each rank's zero is the same instant within a
+  // barrier's skew, on one host or many. Before `collecting` is set: a barrier that throws
+  // must not leave it pointing at this profiler's events after the profiler is gone.
+  world_->barrier()->wait();
   {
     std::lock_guard<std::mutex> lock(events_mu);
     TITAN_CHECK(collecting == nullptr, "profiling: another step profiler is recording");
     state_->events.clear();
     collecting = &state_->events;
   }
-  // Ranks leave the barrier together: each rank's zero is the same instant within a
-  // barrier's skew, on one host or many.
-  world_->barrier()->wait();
   state_->t0_ns = now_ns();
   state_->main_thread = at::RecordFunction::currentThreadId();
   state_->handle = at::addGlobalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
@@ -194,7 +195,7 @@ std::string StepProfiler::after_step(int64_t step) {
     std::string name = "thread " + std::to_string(id);
     if (thread == state_->main_thread) {
       name = "training thread";
-    } else if (first && first->category == "collective") {
+    } else if (first && first->category == "collective" && !first->args.empty()) {
       name = "collectives " + nlohmann::json::parse(first->args).value("group", std::string("?")) + " (thread " +
              std::to_string(id) + ")";
     }
