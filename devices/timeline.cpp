@@ -268,7 +268,16 @@ TimelineSummary Timeline::summarize() const {
   r.comm_busy_s = length(comm);
   r.exposed_comm_s = minus_length(comm, compute);
   r.exposed_comm_fraction = r.makespan_s > 0 ? r.exposed_comm_s / r.makespan_s : 0;
-  for (auto& [b, iv] : comm_by_basis) add_basis(b, minus_length(merge(std::move(iv)), compute));
+  // Exposed time per basis, each stretch counted once: collectives of two bases exposed at the
+  // same instant (on two streams) give it to the lower-numbered basis, so the bases add up to
+  // exposed_comm_s instead of exceeding it.
+  Intervals covered = compute;
+  for (auto& [b, iv] : comm_by_basis) {
+    Intervals mine = merge(std::move(iv));
+    add_basis(b, minus_length(mine, covered));
+    covered.insert(covered.end(), mine.begin(), mine.end());
+    covered = merge(std::move(covered));
+  }
   r.idle_s = std::max(0.0, r.makespan_s - r.compute_busy_s - r.exposed_comm_s);
   for (size_t s = 0; s < streams_.size(); ++s)
     if (streams_[s].kind != StreamKind::kHost)

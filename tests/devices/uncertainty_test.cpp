@@ -56,6 +56,34 @@ TEST(Uncertainty, TimelineAddsComputeByBasisAndOnlyExposedCommunication) {
   EXPECT_DOUBLE_EQ(s.basis_s[2], 0.25);
 }
 
+// Collectives of two bases exposed at once on two streams: the stretch counts once, so the
+// bases add up to the exposed time.
+TEST(Uncertainty, OverlappingExposedCollectivesCountOnce) {
+  Timeline tl;
+  const int comm_a = tl.add_stream("comm a", true);
+  const int comm_b = tl.add_stream("comm b", true);
+  TimelineTask a;  // 0 to 2
+  a.stream = comm_a;
+  a.duration_s = 2.0;
+  a.basis = 1;
+  tl.add(a);
+  TimelineTask lead;  // delays the next task on comm b to 1
+  lead.stream = comm_b;
+  lead.duration_s = 1.0;
+  tl.add(lead);
+  TimelineTask b;  // 1 to 3: overlaps a from 1 to 2
+  b.stream = comm_b;
+  b.duration_s = 2.0;
+  b.basis = 2;
+  tl.add(b);
+  const TimelineSummary s = tl.summarize();
+  ASSERT_DOUBLE_EQ(s.exposed_comm_s, 3.0);
+  ASSERT_EQ(s.basis_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(s.basis_s[1], 2.0);
+  EXPECT_DOUBLE_EQ(s.basis_s[2], 1.0);
+  EXPECT_DOUBLE_EQ(s.basis_s[1] + s.basis_s[2], s.exposed_comm_s);
+}
+
 TEST(Uncertainty, MatmulRateIsSureOnlyWhereMeasured) {
   const OpDesc big = matmul_op("aten::mm", {1, 8192, 8192, 8192});
   Trace t;
