@@ -73,8 +73,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     write_seeds(out);
     std::exit(0);
   }
-  char tmpl[] = "/tmp/titan-fuzz-ckpt-XXXXXX";
-  const char* d = mkdtemp(tmpl);
+  // Under $TMPDIR: launch/fuzz points it into its output folder, because a finding ends the
+  // process without running atexit.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/titan-fuzz-ckpt-XXXXXX";
+  const char* d = mkdtemp(tmpl.data());
   if (!d) std::abort();
   g_dir = d;
   std::atexit([] {
