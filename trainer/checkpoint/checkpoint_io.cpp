@@ -227,13 +227,15 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::vector<std
     const std::string path = (fs::path(dir) / files[r]).string();
     std::error_code ec;
     TITAN_CHECK(fs::exists(path, ec), path, ": shard file missing");
+    const auto bytes = fs::file_size(path, ec);
+    TITAN_CHECK(!ec, path, ": cannot read its size (", ec.message(), ")");
+    const auto got = static_cast<int64_t>(bytes);
     if (r < sizes.size() && sizes[r] >= 0) {
-      const auto got = static_cast<int64_t>(fs::file_size(path, ec));
       TITAN_CHECK(got == sizes[r], path, ": ", got, " bytes, the checkpoint recorded ", sizes[r], " (truncated?)");
     }
     auto f = std::make_unique<File>();
     f->path = path;
-    f->bytes = static_cast<int64_t>(fs::file_size(path, ec));
+    f->bytes = got;
     f->handle = h5::open_file_readonly(path);
     CheckpointMeta m = read_meta(f->handle.get(), path);
     TITAN_CHECK(m.rank == int64_t(r) && m.world_size == int64_t(files.size()), path, ": records rank ", m.rank,

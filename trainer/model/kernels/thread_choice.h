@@ -9,7 +9,10 @@
 //
 // Results do not depend on the choice: every kernel routed here computes each output
 // element on one thread in a fixed order (OpenBLAS splits M and N, never K), so a choice
-// changes speed only; the parity tests pin that down.
+// changes speed only; the parity tests pin that down. This holds for the BLAS launch/setup
+// installs (Debian's OpenMP build of OpenBLAS, whose GEMM threads follow omp_set_num_threads):
+// a pthreads OpenBLAS ignores the one-thread setting, and a BLAS that splits K (MKL can)
+// would make the bits depend on the choice.
 #pragma once
 
 #include <chrono>
