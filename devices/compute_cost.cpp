@@ -51,15 +51,6 @@ const char* op_kind_name(OpKind k) {
   return "?";
 }
 
-const char* execution_name(ExecutionMode m) {
-  switch (m) {
-    case ExecutionMode::kEager: return "eager";
-    case ExecutionMode::kDeferAndFuse: return "defer_and_fuse";
-    case ExecutionMode::kCompiled: return "compiled";
-  }
-  return "?";
-}
-
 const char* cost_basis_name(CostBasis b) {
   switch (b) {
     case CostBasis::kMatmulMeasured: return "matmul at a measured rate";
@@ -71,52 +62,6 @@ const char* cost_basis_name(CostBasis b) {
     case CostBasis::kNone: return "no time";
   }
   return "?";
-}
-
-ExecutionMode parse_execution(const std::string& s) {
-  if (s == "eager") return ExecutionMode::kEager;
-  if (s == "defer_and_fuse") return ExecutionMode::kDeferAndFuse;
-  if (s == "compiled") return ExecutionMode::kCompiled;
-  TITAN_CONFIG_FAIL("unknown execution mode '", s, "' (valid: eager defer_and_fuse compiled)");
-}
-
-// Per-op / per-kernel overheads: the chip's [dispatch] figures (estimates from public
-// descriptions of each runtime, see devices/chips/_gpu.toml and _xla.toml). cpu: ops run
-// synchronously on the calling thread (no run-ahead); the per-op framework cost is measured
-// by calibration (op_overhead_s for ops that run a kernel, view_overhead_s for metadata-only
-// ops); deferring halves it, compiling removes it but keeps a quarter as a gap per kernel.
-ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode) {
-  ExecutionOverheads o;
-  o.fuse_elementwise = mode != ExecutionMode::kEager;
-  o.fuse_epilogue = mode == ExecutionMode::kCompiled;
-  if (chip.name == "cpu") {
-    o.async = false;
-    double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
-    double per_view = chip.cpu_view_overhead_s > 0 ? chip.cpu_view_overhead_s : per_op;
-    const double share = mode == ExecutionMode::kEager ? 1.0
-                         : mode == ExecutionMode::kDeferAndFuse ? 0.5
-                                                                 : 0.0;
-    o.host_per_op_s = per_op * share;
-    o.host_per_view_s = per_view * share;
-    o.launch_per_kernel_s = mode == ExecutionMode::kCompiled ? per_op / 4 : 0.0;
-    return o;
-  }
-  switch (mode) {
-    case ExecutionMode::kEager:
-      o.host_per_op_s = chip.eager_host_per_op_s;
-      o.launch_per_kernel_s = chip.eager_launch_s;
-      break;
-    case ExecutionMode::kDeferAndFuse:
-      o.host_per_op_s = chip.defer_host_per_op_s;
-      o.launch_per_kernel_s = chip.defer_launch_s;
-      break;
-    case ExecutionMode::kCompiled:
-      o.host_per_op_s = chip.compiled_host_per_op_s;
-      o.launch_per_kernel_s = chip.compiled_launch_s;
-      break;
-  }
-  o.host_per_view_s = o.host_per_op_s;
-  return o;
 }
 
 OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes) {
