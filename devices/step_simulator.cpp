@@ -283,6 +283,10 @@ class Replay {
 
 }  // namespace
 
+const char* exposed_comm_basis_name(bool latency_bound) {
+  return replay_basis_name(latency_bound ? kLatencyBoundComm : kBandwidthBoundComm);
+}
+
 StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                          const SimulationOptions& options) {
   Replay r(placement, chip, options);

@@ -104,6 +104,9 @@ struct StepReport {
 // Share of the step's time that rests on unmeasured parts of the model: sum of `uncertain`
 // over step_time_s (at most 1).
 double uncertain_share(const StepReport& r);
+// The `uncertain` category of an exposed transfer: latency-bound (its latency and launch
+// exceed the transfer) or bandwidth-bound.
+const char* exposed_comm_basis_name(bool latency_bound);
 
 // Replays `trace` on the device: ops are lowered to kernels per execution mode (fusion never
 // crosses a collective), collectives are costed on their group's placement and put on their

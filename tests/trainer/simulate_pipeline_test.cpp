@@ -86,5 +86,27 @@ TEST(SimulatePipeline, SeparateSendsCostMoreThanFused) {
   EXPECT_LT(simulate(f, false).report.step_time_s, simulate(s, false).report.step_time_s);
 }
 
+// Blocking sends stall the rank on fabric estimates: the uncertainty report names them in
+// separate mode; asynchronous sends hide under compute and are not listed.
+TEST(SimulatePipeline, BlockingSendsAreInTheUncertaintyReport) {
+  auto comm_uncertain_s = [](const SimulationResult& r) {
+    double s = 0;
+    for (const auto& c : r.report.uncertain)
+      if (c.category.find("exposed") != std::string::npos) s += c.seconds;
+    return s;
+  };
+  JobConfig f = pp_config("1F1B");
+  JobConfig s = f;
+  s.comm.collective_mode = CollectiveMode::kSeparate;
+  const SimulationResult rf = simulate(f, false), rs = simulate(s, false);
+  double sends = 0;
+  for (const auto& c : rs.report.costs)
+    if (c.category == "send/recv pp") sends = c.seconds;
+  ASSERT_GT(sends, 0);
+  // Separate mode adds every blocking send to what was exposed in fused mode's segments.
+  EXPECT_GE(comm_uncertain_s(rs), sends * (1 - 1e-9));
+  EXPECT_LT(comm_uncertain_s(rf), comm_uncertain_s(rs));
+}
+
 }  // namespace
 }  // namespace titan

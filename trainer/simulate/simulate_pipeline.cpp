@@ -130,7 +130,10 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
         if (seg.action.op == PipeOp::kSendF || seg.action.op == PipeOp::kSendB) {
           const auto cost = devices::collective_cost(placement, "pp", devices::CollectiveKind::kSendRecv, seg.p2p_bytes);
           d = cost.total_s() + launch;
-          if (r == 0) c.rank0_sends += d;
+          if (r == 0) {
+            c.rank0_sends += d;
+            if (cost.latency_s + launch > cost.bandwidth_s) c.rank0_latency_bound_sends += d;
+          }
         }
       } else {
         devices::SimulationOptions o = options;
@@ -223,6 +226,13 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   std::sort(rep.costs.begin(), rep.costs.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   // The first pipeline rank's segments; its waits for other stages are the schedule's, not
   // an estimate of the device model.
+  // Blocking sends (separate mode) stall the rank for their whole transfer: as exposed as a
+  // blocking collective, and resting on the same fabric estimates.
+  if (!fused && rank0_sends > 0) {
+    const double lat = costs.rank0_latency_bound_sends;
+    if (lat > 0) uncertain[devices::exposed_comm_basis_name(true)] += lat;
+    if (rank0_sends > lat) uncertain[devices::exposed_comm_basis_name(false)] += rank0_sends - lat;
+  }
   for (const auto& [name, sec] : uncertain) rep.uncertain.push_back({name, sec});
   std::sort(rep.uncertain.begin(), rep.uncertain.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   return out;

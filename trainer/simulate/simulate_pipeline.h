@@ -64,6 +64,7 @@ struct PipelineSegmentCosts {
   std::vector<devices::StepReport> rank0;       // the first pipeline rank's non-p2p segments
   std::vector<std::vector<devices::CostItem>> rank0_exposed;  // theirs by collective kind
   double rank0_sends = 0;                       // its sends' transfer time
+  double rank0_latency_bound_sends = 0;         // the part of it in latency-bound sends
 };
 PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const devices::Placement& placement,
                                             const devices::ChipSpec& chip, const devices::SimulationOptions& options);
