@@ -14,18 +14,10 @@
 #include "collectives/launch_env.h"
 #include "collectives/world.h"
 #include "common/error.h"
+#include "tests/error_of.h"
 
 namespace titan {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 class SingleProcess : public ::testing::TestWithParam<std::string> {};
 

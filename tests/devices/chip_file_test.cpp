@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "common/error.h"
+#include "tests/error_of.h"
 
 namespace titan::devices {
 namespace {
@@ -19,16 +20,7 @@ std::string write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a config error";
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return titan::error_of(f, ErrorKind::kConfig); }
 
 TEST(ChipFile, EveryCatalogFigureHasASourceAndUnitsConvert) {
   for (const std::string& name : chip_names()) {

@@ -5,18 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/error_of.h"
 
 namespace titan::devices {
 namespace {
 
 std::string error_of(const ChipSpec& c, int64_t n, const std::string& shape) {
-  try {
-    make_topology(c, n, shape);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    return e.what();
-  }
-  return "";
+  return titan::error_of([&] { make_topology(c, n, shape); }, ErrorKind::kConfig);
 }
 
 TEST(Topology, AutomaticTpuV7) {

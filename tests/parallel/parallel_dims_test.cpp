@@ -4,19 +4,14 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "tests/error_of.h"
 #include "parallel/parallel_dims.h"
 
 namespace titan {
 namespace {
 
 std::string config_error_of(ParallelDims d) {
-  try {
-    d.validate();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    return e.what();
-  }
-  return "";
+  return error_of([&] { d.validate(); }, ErrorKind::kConfig);
 }
 
 TEST(ParallelDims, InfersShardDegree) {

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "tests/error_of.h"
 #include "trainer/checkpoint/box_runs.h"
 #include "trainer/checkpoint/checkpoint_hdf5.h"
 #include "trainer/checkpoint/checkpoint_io.h"
@@ -20,15 +21,6 @@
 namespace titan {
 namespace {
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 std::string fresh_dir(const std::string& tag) {
   const fs::path d = fs::temp_directory_path() / ("titan_ckpt_damage_" + tag);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/error_of.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/memory_limits.h"
 #include "trainer/config/resolve_model.h"
@@ -18,15 +19,7 @@ JobConfig debug_config(std::vector<std::string> extra) {
   return load_job_config(args);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(const std::function<void()>& f) { return titan::error_of(f, ErrorKind::kConfig); }
 
 TEST(MemoryLimits, HugeSizesAreConfigErrorsWithTheEstimate) {
   ASSERT_GT(machine_memory_bytes(), 1e8) << "/proc/meminfo unreadable";

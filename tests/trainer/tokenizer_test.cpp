@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/error_of.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -151,15 +153,7 @@ std::unique_ptr<titan::Tokenizer> load(const TempDir& dir, const Spec& spec) {
   return titan::make_tokenizer(dir.write("tokenizer.json", tokenizer_json(spec)));
 }
 
-// The message of the exception `fn` throws ("" if none), to assert on its content.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::error_of;
 
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
