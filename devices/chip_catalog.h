@@ -37,6 +37,12 @@ struct ChipSpec {
   // a long dense matmul load (below it on power-limited parts); 0: not known, taken as equal.
   double peak_clock_hz = 0;
   double sustained_clock_hz = 0;
+  // A chip with no sustained clock of its own takes the sustained / peak ratio measured on
+  // this chip (compute.sustained_clock_from): no datasheet peak has been shown to hold under
+  // load, and leaving such chips at their whole peak would favour every unmeasured vendor
+  // over the measured one. "" or a chip with its own sustained clock: not used.
+  std::string sustained_clock_from;
+  double borrowed_clock_ratio = 0;  // that chip's clock_ratio(), filled when the file is read
   int64_t hbm_bytes = 0;       // device memory capacity
   double hbm_bytes_per_s = 0;  // device memory bandwidth
   double hbm_efficiency = 1;   // fraction of hbm_bytes_per_s a streaming kernel reaches
@@ -116,7 +122,8 @@ struct ChipSpec {
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
   // Sustained over peak clock: the share of the datasheet peak the matrix units can reach.
   double clock_ratio() const {
-    return peak_clock_hz > 0 && sustained_clock_hz > 0 ? sustained_clock_hz / peak_clock_hz : 1.0;
+    if (peak_clock_hz > 0 && sustained_clock_hz > 0) return sustained_clock_hz / peak_clock_hz;
+    return borrowed_clock_ratio > 0 ? borrowed_clock_ratio : 1.0;
   }
 };
 

@@ -55,6 +55,7 @@ const char* cost_basis_name(CostBasis b) {
   switch (b) {
     case CostBasis::kMatmulMeasured: return "matmul at a measured rate";
     case CostBasis::kMatmulDatasheet: return "matmul at the datasheet clock (no measured rate for this chip)";
+    case CostBasis::kMatmulBorrowed: return "matmul at the sustained clock share measured on another chip (none for this one)";
     case CostBasis::kMatmulShape: return "thin matmul shapes (tile/wave model or memory roofline, not measured)";
     case CostBasis::kAttention: return "flash attention (efficiency vs a GEMM from GPU papers, not measured here)";
     case CostBasis::kMemory: return "memory-bound kernels (bytes from recorded ops and the fusion model, streaming efficiency assumed)";
@@ -230,7 +231,8 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
       if (shaped && matmul_efficiency(op.mm) < kMeasuredShapeFactor * chip_.clock_ratio())
         return CostBasis::kMatmulShape;
       const bool measured = chip_.name == "cpu" || chip_.sustained_clock_hz > 0;
-      return measured ? CostBasis::kMatmulMeasured : CostBasis::kMatmulDatasheet;
+      if (measured) return CostBasis::kMatmulMeasured;
+      return chip_.borrowed_clock_ratio > 0 ? CostBasis::kMatmulBorrowed : CostBasis::kMatmulDatasheet;
     }
     default:
       return t.memory_s >= t.compute_s ? CostBasis::kMemory : CostBasis::kVector;

@@ -76,6 +76,35 @@ link_bytes_per_s = { value = 200, unit = "GB/s", source = "what-if: twice the IC
   EXPECT_DOUBLE_EQ(find_chip("tpu-v7").link_bytes_per_s, 100e9);  // catalog unchanged
 }
 
+TEST(ChipFile, SustainedClockIsBorrowedOnlyFromAChipThatHasOne) {
+  // A user chip on the TPU template (no clocks of its own) takes the H100's measured ratio.
+  const std::string ok = write_file("titan_borrow_ok.toml", R"(
+name = "my-tpu"
+base = "tpu-v5p"
+)");
+  EXPECT_DOUBLE_EQ(find_chip("my-tpu", nullptr, ok).clock_ratio(), find_chip("h100").clock_ratio());
+  // Its own sustained clock wins over the borrowed one.
+  const std::string own = write_file("titan_borrow_own.toml", R"(
+name = "my-tpu2"
+base = "tpu-v5p"
+[compute]
+source = "what-if"
+peak_clock = { value = 1000, unit = "MHz" }
+sustained_clock = { value = 900, unit = "MHz" }
+)");
+  EXPECT_DOUBLE_EQ(find_chip("my-tpu2", nullptr, own).clock_ratio(), 0.9);
+  // A donor without measured clocks is an error naming the file and the key.
+  const std::string bad = write_file("titan_borrow_bad.toml", R"(
+name = "my-tpu3"
+base = "tpu-v5p"
+[compute]
+sustained_clock_from = "tpu-v7"
+)");
+  const std::string m = error_of([&] { find_chip("my-tpu3", nullptr, bad); });
+  EXPECT_NE(m.find("titan_borrow_bad.toml"), std::string::npos) << m;
+  EXPECT_NE(m.find("sustained_clock_from = 'tpu-v7'"), std::string::npos) << m;
+}
+
 TEST(ChipFile, BadFilesNameFileLineAndKey) {
   std::string m = error_of([] {
     find_chip("x", nullptr,
