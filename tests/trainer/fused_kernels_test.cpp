@@ -1,7 +1,8 @@
 // Each fused kernel (trainer/model/kernels) against the composite ATen path, forward and
-// backward, in double (to 1e-10) and float (to 1e-5), in both SIMD variants (AVX2 and the
-// baseline), on shapes with vector tails and on strided inputs; plus finite differences of
-// each fused kernel in double (gradcheck-style) and the model-level switch.
+// backward, in double (to 1e-10) and float (to 1e-5), in every SIMD variant (AVX-512 where
+// the kernel has one and the CPU runs it, AVX2, the baseline), on shapes with vector tails
+// and on strided inputs; plus finite differences of each fused kernel in double
+// (gradcheck-style) and the model-level switch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,8 +38,12 @@ double tolerance(torch::ScalarType t) { return t == torch::kFloat64 ? 1e-10 : 1e
 // every input gradient.
 void expect_same(const Fn& fused, const Fn& composite, const std::vector<torch::Tensor>& inputs,
                  const std::vector<size_t>& grad_inputs, const std::string& what) {
-  for (bool baseline : {false, true}) {
+  // 0: the best variant this CPU runs (AVX-512 for the wide kernels where it has it),
+  // 1: AVX2 at most, 2: the baseline.
+  for (int variant : {0, 1, 2}) {
+    const bool baseline = variant == 2;
     simd::force_baseline(baseline);
+    simd::force_no_avx512(variant == 1);
     std::vector<torch::Tensor> a, b;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const bool g = std::find(grad_inputs.begin(), grad_inputs.end(), i) != grad_inputs.end();
@@ -46,7 +51,8 @@ void expect_same(const Fn& fused, const Fn& composite, const std::vector<torch::
       b.push_back(inputs[i].detach().clone().requires_grad_(g));
     }
     auto ya = fused(a), yb = composite(b);
-    const std::string tag = what + (baseline ? " (baseline)" : " (avx2)") + " " + c10::toString(ya.scalar_type());
+    const std::string tag = what + (baseline ? " (baseline)" : variant == 1 ? " (avx2)" : " (best)") + " " +
+                            c10::toString(ya.scalar_type());
     const double tol = tolerance(ya.scalar_type());
     ASSERT_EQ(ya.sizes(), yb.sizes()) << tag;
     EXPECT_LT(rel(ya, yb), tol) << tag << " forward";
@@ -60,6 +66,7 @@ void expect_same(const Fn& fused, const Fn& composite, const std::vector<torch::
     }
   }
   simd::force_baseline(false);
+  simd::force_no_avx512(false);
 }
 
 // Central differences of <f(x), u> along a random direction of every gradient input, against
@@ -229,7 +236,8 @@ TEST(FusedKernels, CausalAttentionMatchesComposite) {
     int64_t B, H, KV, S, D;
   };
   for (auto dt : kDtypes) {
-    for (Case c : {Case{2, 4, 2, 37, 12}, Case{1, 2, 2, 70, 16}, Case{2, 6, 3, 33, 32}, Case{1, 1, 1, 1, 8}}) {
+    for (Case c : {Case{2, 4, 2, 37, 12}, Case{1, 2, 2, 70, 16}, Case{2, 6, 3, 33, 32}, Case{1, 1, 1, 1, 8},
+                   Case{1, 2, 1, 96, 64}}) {
       torch::manual_seed(c.S);
       const double scale = 1.0 / std::sqrt(double(c.D));
       // q, k, v as the model hands them over: [B, H, S, D] views of [B, S, H, D] memory.

@@ -1,7 +1,8 @@
 // The per-task bodies of the fused causal attention (attention_kernel.cpp): one task is one
 // (batch, kv head) pair with all the query heads that read it, so the key and value
 // gradients of a kv head are summed by one thread without locks. Header-only because they
-// are compiled twice (simd.h's TITAN_SIMD_KERNEL); attention_kernel.cpp is the only user.
+// are compiled three times, at vector width W (simd.h's TITAN_SIMD_KERNEL_WIDE: AVX-512,
+// AVX2, baseline); attention_kernel.cpp is the only user.
 #pragma once
 
 #include <limits>
@@ -45,33 +46,33 @@ TITAN_INLINE void pack_transposed(const T* src, int64_t ld, int64_t S, int64_t D
   }
 }
 
-template <typename T>
+template <typename T, int W>
 TITAN_INLINE T row_max(const T* x, int64_t n) {
-  constexpr int L = lanes<T>;
+  constexpr int L = lanes<T, W>;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  vec_t<T> m = splat<T>(neg_inf);
+  vec_t<T, W> m = splat<T, W>(neg_inf);
   int64_t j = 0;
-  for (; j + L <= n; j += L) m = vmax<T>(m, load<T>(x + j));
-  if (j < n) m = vmax<T>(m, load_part<T>(x + j, n - j, neg_inf));
+  for (; j + L <= n; j += L) m = vmax<T>(m, load<T, W>(x + j));
+  if (j < n) m = vmax<T>(m, load_part<T, W>(x + j, n - j, neg_inf));
   return hmax<T>(m);
 }
 
 // x[j] = e^(x[j] * scale - shift) for j < n and 0 for n <= j < width; returns the sum.
-template <typename T>
+template <typename T, int W>
 TITAN_INLINE T exp_row(T* x, int64_t n, int64_t width, T scale, T shift) {
-  constexpr int L = lanes<T>;
-  vec_t<T> sum{};
-  const auto sh = splat<T>(shift);
+  constexpr int L = lanes<T, W>;
+  vec_t<T, W> sum{};
+  const auto sh = splat<T, W>(shift);
   int64_t j = 0;
   for (; j + L <= n; j += L) {
-    const auto e = exp(load<T>(x + j) * scale - sh);
+    const auto e = exp(load<T, W>(x + j) * scale - sh);
     sum += e;
     store<T>(x + j, e);
   }
   T tail = 0;
   if (j < n) {
-    T buf[lanes<T>];
-    store<T>(buf, exp(load_part<T>(x + j, n - j, T(0)) * scale - sh));
+    T buf[L];
+    store<T>(buf, exp(load_part<T, W>(x + j, n - j, T(0)) * scale - sh));
     for (int64_t t = 0; t < n - j; ++t) tail += (x[j + t] = buf[t]);
     j = n;
   }
@@ -81,7 +82,7 @@ TITAN_INLINE T exp_row(T* x, int64_t n, int64_t width, T scale, T shift) {
 
 // Forward of one (b, g) task: for each query head h of kv head g and each block of rows,
 // scores against keys [0, last row], row softmax (lse saved), o = P v / row sum.
-template <typename T>
+template <typename T, int W>
 TITAN_INLINE void attention_forward_body(AttentionShape<T> sh, View<T> q, View<T> k, View<T> v, View<T> o, T* lse,
                                          int64_t task, T* ws) {
   const int64_t b = task / sh.KV, g = task % sh.KV, S = sh.S, D = sh.D, rep = sh.H / sh.KV;
@@ -96,17 +97,17 @@ TITAN_INLINE void attention_forward_body(AttentionShape<T> sh, View<T> q, View<T
     T* lp = lse + (b * sh.H + h) * S;
     for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
       const int64_t rows = S - i0 < kQueryBlock ? S - i0 : kQueryBlock, keys = i0 + rows;
-      tile_gemm<T>(rows, keys, D, qp + i0 * q.ss, q.ss, 1, kt, S, sc, S, false);
+      tile_gemm<T, W>(rows, keys, D, qp + i0 * q.ss, q.ss, 1, kt, S, sc, S, false);
       for (int64_t r = 0; r < rows; ++r) {
         T* row = sc + r * S;
         const int64_t n = i0 + r + 1;
-        const T m = row_max<T>(row, n) * sh.scale;
-        const T sum = exp_row<T>(row, n, keys, sh.scale, m);
+        const T m = row_max<T, W>(row, n) * sh.scale;
+        const T sum = exp_row<T, W>(row, n, keys, sh.scale, m);
         lp[i0 + r] = m + std::log(sum);
         inv[r] = T(1) / sum;
       }
       T* ob = op + i0 * o.ss;
-      tile_gemm<T>(rows, D, keys, sc, S, 1, vp, v.ss, ob, o.ss, false);
+      tile_gemm<T, W>(rows, D, keys, sc, S, 1, vp, v.ss, ob, o.ss, false);
       for (int64_t r = 0; r < rows; ++r) {
         T* orow = ob + r * o.ss;
         for (int64_t d = 0; d < D; ++d) orow[d] *= inv[r];
@@ -117,12 +118,12 @@ TITAN_INLINE void attention_forward_body(AttentionShape<T> sh, View<T> q, View<T
 
 // Backward of one (b, g) task (FlashAttention-2's recurrences): P = e^(s * scale - lse),
 // dP = dO v^T, dS = P (dP - rowsum(dO o)) * scale; dv += P^T dO, dk += dS^T q, dq = dS k.
-template <typename T>
+template <typename T, int W>
 TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<T> k, View<T> v, View<T> o,
                                           View<T> dout, const T* lse, View<T> dq, View<T> dk, View<T> dv,
                                           int64_t task, T* ws) {
   const int64_t b = task / sh.KV, g = task % sh.KV, S = sh.S, D = sh.D, rep = sh.H / sh.KV;
-  constexpr int L = lanes<T>;
+  constexpr int L = lanes<T, W>;
   T* kt = ws;
   T* vt = kt + D * S;
   T* dk_acc = vt + D * S;
@@ -143,8 +144,8 @@ TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<
       const int64_t rows = S - i0 < kQueryBlock ? S - i0 : kQueryBlock, keys = i0 + rows;
       const T* qb = qp + i0 * q.ss;
       const T* gb = gp + i0 * dout.ss;
-      tile_gemm<T>(rows, keys, D, qb, q.ss, 1, kt, S, p, S, false);
-      tile_gemm<T>(rows, keys, D, gb, dout.ss, 1, vt, S, dp, S, false);
+      tile_gemm<T, W>(rows, keys, D, qb, q.ss, 1, kt, S, p, S, false);
+      tile_gemm<T, W>(rows, keys, D, gb, dout.ss, 1, vt, S, dp, S, false);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = i0 + r + 1;
         const T* orow = op + (i0 + r) * o.ss;
@@ -153,12 +154,12 @@ TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<
         for (int64_t d = 0; d < D; ++d) delta += grow[d] * orow[d];
         T* prow = p + r * S;
         T* dprow = dp + r * S;
-        const auto sc = splat<T>(sh.scale), l = splat<T>(lp[i0 + r]), dl = splat<T>(delta);
+        const auto sc = splat<T, W>(sh.scale), l = splat<T, W>(lp[i0 + r]), dl = splat<T, W>(delta);
         int64_t j = 0;
         for (; j + L <= n; j += L) {
-          const auto e = exp(load<T>(prow + j) * sc - l);
+          const auto e = exp(load<T, W>(prow + j) * sc - l);
           store<T>(prow + j, e);
-          store<T>(dprow + j, e * (load<T>(dprow + j) - dl) * sc);
+          store<T>(dprow + j, e * (load<T, W>(dprow + j) - dl) * sc);
         }
         for (; j < n; ++j) {
           const T e = exp_scalar<T>(prow[j] * sh.scale - lp[i0 + r]);
@@ -167,9 +168,9 @@ TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<
         }
         for (; j < keys; ++j) prow[j] = dprow[j] = T(0);
       }
-      tile_gemm<T>(keys, D, rows, p, 1, S, gb, dout.ss, dv_acc, D, true);
-      tile_gemm<T>(keys, D, rows, dp, 1, S, qb, q.ss, dk_acc, D, true);
-      tile_gemm<T>(rows, D, keys, dp, S, 1, kp, k.ss, dqp + i0 * dq.ss, dq.ss, false);
+      tile_gemm<T, W>(keys, D, rows, p, 1, S, gb, dout.ss, dv_acc, D, true);
+      tile_gemm<T, W>(keys, D, rows, dp, 1, S, qb, q.ss, dk_acc, D, true);
+      tile_gemm<T, W>(rows, D, keys, dp, S, 1, kp, k.ss, dqp + i0 * dq.ss, dq.ss, false);
     }
   }
   T* dkp = dk.at(b, g);
@@ -182,7 +183,7 @@ TITAN_INLINE void attention_backward_body(AttentionShape<T> sh, View<T> q, View<
   }
 }
 
-TITAN_SIMD_KERNEL(attention_forward_task, attention_forward_body)
-TITAN_SIMD_KERNEL(attention_backward_task, attention_backward_body)
+TITAN_SIMD_KERNEL_WIDE(attention_forward_task, attention_forward_body)
+TITAN_SIMD_KERNEL_WIDE(attention_backward_task, attention_backward_body)
 
 }  // namespace titan::simd
