@@ -5,12 +5,21 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "devices/fused_ops.h"
+#include "trainer/components/flat_kernels.h"
+#include "trainer/model/kernels/attention_kernel.h"
+#include "trainer/model/kernels/cross_entropy_kernel.h"
+#include "trainer/model/kernels/rms_norm_kernel.h"
+#include "trainer/model/kernels/rope_kernel.h"
+#include "trainer/model/kernels/swiglu_kernel.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -24,14 +33,19 @@ double now() {
 // (other processes, the peer rank), and the step times it is compared with are medians too.
 // Each fn call should take tens of milliseconds, so that one run spans several scheduler
 // slices and sees the average share of the core rather than a lucky quiet slice.
+// An fn that returns a double times itself (the part after its own setup).
 template <class F>
 double median_time(int reps, F fn) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
-    fn();
-    t.push_back(now() - t0);
+    if constexpr (std::is_same_v<decltype(fn()), double>) {
+      t.push_back(fn());
+    } else {
+      fn();
+      t.push_back(now() - t0);
+    }
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -54,6 +68,103 @@ int64_t last_level_cache_bytes() {
     }
   }
   return best;
+}
+
+// The trainer's fused kernels (trainer/model/kernels), each on one shape of a small model's
+// step (2048 tokens; operands of a few MB), forward alone and forward + backward with every
+// rank at once: rate = the work its op descriptor counts (devices/fused_ops.h: bytes moved;
+// FLOPs for attention) / the median time.
+struct KernelRate {
+  std::string name;
+  double rate;
+};
+
+std::vector<KernelRate> fused_kernel_rates() {
+  namespace d = titan::devices;
+  std::vector<KernelRate> out;
+  // fn(grad): runs the kernel on fresh leaves (requiring grad when `grad`) and returns its output.
+  auto time_kernel = [&](const d::OpDesc& fwd, const d::OpDesc& bwd, auto fn) {
+    auto work = [](const d::OpDesc& op) {
+      return op.kind == d::OpKind::kAttention ? op.flops : static_cast<double>(op.bytes_read + op.bytes_written);
+    };
+    auto y = fn(true);
+    auto g = torch::ones_like(y);
+    y.backward(g);  // warm up (and let the per-shape thread choice settle)
+    const int calls = 20;
+    const double t_fwd = median_time(7, [&] {
+      torch::AutoGradMode on(true);
+      for (int i = 0; i < calls; ++i) fn(true);
+    }) / calls;
+    std::vector<torch::Tensor> ys(calls);
+    const double t_bwd = median_time(7, [&] {
+      torch::AutoGradMode on(true);
+      for (auto& out : ys) out = fn(true);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now();
+      for (auto& out : ys) out.backward(g);
+      return now() - t0;
+    }) / calls;
+    out.push_back({fwd.name, work(fwd) / t_fwd});
+    out.push_back({bwd.name, work(bwd) / t_bwd});
+  };
+  const int64_t tokens = 2048, dim = 256, ffn = 768, heads = 8, kv_heads = 4, head_dim = 32, seq = 256, vocab = 1024;
+  {
+    auto x = torch::randn({tokens, dim}), w = torch::ones({dim});
+    time_kernel(d::rms_norm_op(tokens, dim, 4, false), d::rms_norm_op(tokens, dim, 4, true), [&](bool grad) {
+      return titan::fused_rms_norm(x.detach().requires_grad_(grad), w.detach().requires_grad_(grad), 1e-6);
+    });
+  }
+  {
+    auto a = torch::randn({tokens, ffn}), b = torch::randn({tokens, ffn});
+    time_kernel(d::swiglu_op(tokens * ffn, 4, false), d::swiglu_op(tokens * ffn, 4, true), [&](bool grad) {
+      return titan::fused_swiglu(a.detach().requires_grad_(grad), b.detach().requires_grad_(grad));
+    });
+  }
+  const int64_t batch = tokens / seq;
+  {
+    // q as the model holds it: [B, H, S, D] over [B, S, H, D] memory.
+    auto x = torch::randn({batch, seq, heads, head_dim}).transpose(1, 2);
+    auto cos = torch::randn({seq, head_dim}), sin = torch::randn({seq, head_dim});
+    const int64_t e = x.numel();
+    time_kernel(d::rope_op(e, cos.numel(), 4, false), d::rope_op(e, cos.numel(), 4, true),
+                [&](bool grad) { return titan::fused_rope(x.detach().requires_grad_(grad), cos, sin); });
+  }
+  {
+    auto logits = torch::randn({tokens, vocab});
+    auto labels = torch::randint(vocab, {tokens}, torch::kInt64);
+    time_kernel(d::cross_entropy_op(tokens, vocab, 4, false), d::cross_entropy_op(tokens, vocab, 4, true),
+                [&](bool grad) { return titan::fused_cross_entropy_sum(logits.detach().requires_grad_(grad), labels, 1.0); });
+  }
+  {
+    auto q = torch::randn({batch, seq, heads, head_dim}).transpose(1, 2);
+    auto k = torch::randn({batch, seq, kv_heads, head_dim}).transpose(1, 2), v = torch::randn_like(k);
+    d::AttentionShape s{batch, heads, kv_heads, seq, seq, head_dim, true, false};
+    d::AttentionShape sb = s;
+    sb.backward = true;
+    time_kernel(d::fused_attention_op(s, 4), d::fused_attention_op(sb, 4), [&](bool grad) {
+      return titan::fused_causal_attention(q.detach().requires_grad_(grad), k.detach().requires_grad_(grad),
+                                           v.detach().requires_grad_(grad), 1.0 / std::sqrt(double(head_dim)));
+    });
+  }
+  {
+    // The optimizer's flat passes over a small model's parameters (1M floats, 16 MB of state).
+    const int64_t n = int64_t{1} << 20;
+    std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.f), v(n, 0.f);
+    const titan::AdamWCoefs c{1 - 1e-4, 0.9, 0.95, 1e-8, -1e-3, 0.1, 1.0};
+    const int calls = 20;
+    const double t_adam = median_time(7, [&] {
+      for (int i = 0; i < calls; ++i) titan::adamw_update(p.data(), g.data(), m.data(), v.data(), n, c);
+    }) / calls;
+    const d::OpDesc adam = d::adamw_op(n, 4);
+    out.push_back({adam.name, static_cast<double>(adam.bytes_read + adam.bytes_written) / t_adam});
+    volatile double sink = 0;  // keeps the sums from being optimized away
+    const double t_sq = median_time(7, [&] {
+      for (int i = 0; i < calls; ++i) sink += titan::sum_squares(g.data(), n);
+    }) / calls;
+    const d::OpDesc sq = d::sum_squares_op(n, 4);
+    out.push_back({sq.name, static_cast<double>(sq.bytes_read + sq.bytes_written) / t_sq});
+  }
+  return out;
 }
 
 }  // namespace
@@ -140,6 +251,16 @@ int main(int argc, char** argv) {
     y.sum().backward();
   }) / (4.0 * n_ops);
 
+  std::vector<KernelRate> kernels;
+  {
+    torch::AutoGradMode grad(true);
+    kernels = fused_kernel_rates();
+  }
+  // The slowest rank's rate of each (the step waits for it).
+  std::vector<double> mine_k, worst_k(kernels.size());
+  for (const KernelRate& k : kernels) mine_k.push_back(-k.rate);
+  MPI_Reduce(mine_k.data(), worst_k.data(), static_cast<int>(kernels.size()), MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+
   // MPI ping-pong between ranks 0 and 1: latency (8 bytes) and bandwidth (16 MiB).
   auto pingpong = [&](int64_t bytes, int reps) {
     std::vector<char> buf(static_cast<size_t>(bytes));
@@ -181,6 +302,12 @@ int main(int argc, char** argv) {
     }
     f << "cores = " << cores << "\n";
     f << "threads = " << threads << "\n";
+    f << "# fused kernels: bytes moved per second (FLOP/s for attention), devices/fused_ops.h\n";
+    f << "[kernel_rates]\n";
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      f << "\"" << kernels[i].name << "\" = " << -worst_k[i] << "\n";
+      std::printf("%s %.3g, ", kernels[i].name.c_str(), -worst_k[i]);
+    }
     f.close();
     std::printf("cache %.3g B/s, sgemm K=16 %.3g FLOP/s, ", -worst[4], -worst[5]);
     std::printf("sgemm %.3g FLOP/s, copy %.3g B/s, op overhead %.3g s, view %.3g s, MPI latency %.3g s, "

@@ -103,6 +103,18 @@ struct ChipSpec {
   // the recorder costs the attention scope as that kernel. false (cpu): libtorch's CPU path
   // really runs the materialized bmm + mask + softmax + bmm, which are costed op by op.
   bool fused_attention = true;
+  // The trainer itself runs on this device (the host CPU): its fused kernels
+  // (training.fused_kernels, trainer/model/kernels) are what runs, so the recorder keeps each
+  // as one op (devices/fused_ops.h). false (accelerators): the device's own framework runs the
+  // step, and the composite ATen ops stand for it (fused per execution mode).
+  bool host_fused_kernels = false;
+  // The matmul rate is a measurement on this chip (the cpu device's calibrated sgemm), not a
+  // datasheet figure: its large matmuls count as measured in the uncertainty report.
+  bool matmul_rate_measured = false;
+  // Measured rates of the trainer's fused kernels on this device, by op name (fused_ops.h):
+  // bytes moved per second for the memory-bound kernels, FLOP/s (OpDesc::flops) for attention.
+  // Only the cpu device's calibration fills it; ops without a rate use the roofline.
+  std::map<std::string, double> kernel_rates;
 
   // Host CPU only (0 / false elsewhere): the last-level cache a process may use and the
   // bandwidth of a copy that stays in it (measured), and kernels whose math and memory
@@ -141,6 +153,8 @@ struct ChipSpec {
 //   sgemm_k16_flops = 5e10          # rate of a batched 128x16 @ 16x128 product (optional)
 //   cores = 2                       # ranks that fit on the host (optional)
 //   threads = 1                     # intra-op threads per rank it was measured with (optional)
+//   [kernel_rates]                  # measured rates of the fused kernels (optional, by op name;
+//   "titan::rms_norm" = 2e10        # devices/fused_ops.h): bytes/s, FLOP/s for attention
 struct CpuCalibration {
   double sgemm_flops = 0;
   double mem_bytes_per_s = 0;
@@ -154,6 +168,7 @@ struct CpuCalibration {
   double sgemm_k16_flops = 0;  // 0: no small-K loss modelled
   int64_t cores = 1;
   int64_t threads = 0;  // 0: cores
+  std::map<std::string, double> kernel_rates;  // ChipSpec::kernel_rates
 };
 
 // Parses the calibration text above (TOML); syntax errors, unknown keys and missing required

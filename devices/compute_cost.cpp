@@ -47,6 +47,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kReduction: return "reduction";
     case OpKind::kOther: return "other";
     case OpKind::kView: return "view";
+    case OpKind::kFused: return "fused";
   }
   return "?";
 }
@@ -188,6 +189,13 @@ double ComputeModel::roofline_s(const OpDesc& op) const {
 
 ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  // A fused kernel this device's calibration timed (ChipSpec::kernel_rates): its measured rate,
+  // which already holds its math and its cache traffic; operands beyond the cache still wait
+  // on DRAM.
+  if (auto r = chip_.kernel_rates.find(op.name); r != chip_.kernel_rates.end() && r->second > 0) {
+    if (op.kind == OpKind::kAttention) return {op.flops / r->second, 0};
+    if (op.kind == OpKind::kFused) return {0, std::max(bytes / r->second, memory_s(bytes))};
+  }
   switch (op.kind) {
     case OpKind::kMatmul: {
       bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
@@ -230,7 +238,7 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
       const bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
       if (shaped && matmul_efficiency(op.mm) < kMeasuredShapeFactor * chip_.clock_ratio())
         return CostBasis::kMatmulShape;
-      const bool measured = chip_.name == "cpu" || chip_.sustained_clock_hz > 0;
+      const bool measured = chip_.matmul_rate_measured || chip_.sustained_clock_hz > 0;
       if (measured) return CostBasis::kMatmulMeasured;
       return chip_.borrowed_clock_ratio > 0 ? CostBasis::kMatmulBorrowed : CostBasis::kMatmulDatasheet;
     }

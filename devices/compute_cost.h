@@ -17,6 +17,8 @@ enum class OpKind {
   kReduction,    // sum / mean / max over a dim (norms, softmax statistics): fusable
   kOther,        // data movement that breaks fusion (copy, cat, index, embedding, scatter)
   kView,         // metadata only (view, reshape of contiguous, transpose, expand): no bytes
+  kFused,        // one of the trainer's fused CPU kernels (norm, SwiGLU, RoPE, cross entropy;
+                 // devices/fused_ops.h): already one kernel, memory bound, fuses no further
 };
 const char* op_kind_name(OpKind kind);
 

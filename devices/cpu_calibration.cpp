@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "devices/chip_catalog.h"
 #include "devices/chip_file.h"
+#include "devices/fused_ops.h"
 
 namespace titan::devices {
 namespace {
@@ -61,6 +62,21 @@ CpuCalibration parse_cpu_calibration(const std::string& text, const std::string&
   for (const auto& [k, node] : *keys) {
     const std::string key(k.str());
     const std::string where = origin + ":" + std::to_string(node.source().begin.line);
+    if (key == "kernel_rates") {
+      // [kernel_rates] "op name" = rate: the fused kernels calibrate_cpu timed (fused_ops.h).
+      const toml::table* rates = node.as_table();
+      TITAN_CONFIG_CHECK(rates != nullptr, where, ": 'kernel_rates' must be a table of op name = rate");
+      for (const auto& [op, rate] : *rates) {
+        const std::string name(op.str());
+        const std::string at = origin + ":" + std::to_string(rate.source().begin.line);
+        TITAN_CONFIG_CHECK(is_fused_kernel_op(name), at, ": unknown fused kernel '", name,
+                           "' in kernel_rates (known: ", fused_kernel_op_names(), ")");
+        auto x = rate.value<double>();
+        TITAN_CONFIG_CHECK(x.has_value() && *x > 0, at, ": kernel_rates.'", name, "' must be a positive number");
+        cal.kernel_rates[name] = *x;
+      }
+      continue;
+    }
     size_t i = 0;
     while (i < std::size(kKeys) && key != kKeys[i].key) ++i;
     TITAN_CONFIG_CHECK(i < std::size(kKeys), where, ": unknown cpu calibration key '", key,
@@ -107,6 +123,8 @@ ChipSpec cpu_chip(const CpuCalibration& cal) {
   c.cpu_op_overhead_s = cal.op_overhead_s;
   c.cpu_view_overhead_s = cal.view_overhead_s > 0 ? cal.view_overhead_s : cal.op_overhead_s;
   c.cache_bytes = cal.cache_bytes;
+  c.matmul_rate_measured = true;  // sgemm_flops, the matmul peak here, is a measurement
+  c.kernel_rates = cal.kernel_rates;
   c.cache_bytes_per_s = cal.cache_bytes_per_s;
   // rate(16) = rate * 16 / (16 + k0)  =>  k0 = 16 (rate / rate(16) - 1)
   if (cal.sgemm_k16_flops > 0)

@@ -16,7 +16,8 @@ std::string RecordingCache::key(const JobConfig& cfg) {
   k.parallelism.tensor_parallel_degree = d.tp;
   k.parallelism.pipeline_parallel_degree = d.pp;
   k.parallelism.context_parallel_degree = d.cp;
-  const bool fused_attention = simulated_chip(cfg).fused_attention;
+  const devices::ChipSpec chip = simulated_chip(cfg);
+  const bool fused_attention = chip.fused_attention, host_kernels = chip.host_fused_kernels;
   // Replay-only and bookkeeping keys: reset to their defaults.
   const SimulationSection sim;
   k.simulation.device = sim.device;
@@ -30,7 +31,8 @@ std::string RecordingCache::key(const JobConfig& cfg) {
   k.checkpoint = CheckpointSection{};
   k.training.steps = 1;
   k.lr_scheduler = LrSchedulerSection{};
-  return config_to_toml(k) + "\nfused_attention = " + (fused_attention ? "true" : "false") + "\n";
+  return config_to_toml(k) + "\nfused_attention = " + (fused_attention ? "true" : "false") +
+         "\nhost_fused_kernels = " + (host_kernels ? "true" : "false") + "\n";
 }
 
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }

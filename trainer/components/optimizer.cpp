@@ -4,6 +4,9 @@
 
 #include "common/error.h"
 #include "trainer/components/flat_kernels.h"
+#include "trainer/model/kernels/fused_kernels.h"
+
+#include <ATen/record_function.h>
 
 namespace titan {
 namespace {
@@ -17,6 +20,31 @@ int64_t aligned(int64_t n, int64_t elem_bytes) {
 bool flat_dtype(const torch::Tensor& t) {
   return t.device().is_cpu() && t.layout() == torch::kStrided &&
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
+// Runs body() for the parameters i with in(i); on the meta device (the simulator's recording),
+// those a real CPU run would keep in a flat buffer (float and double) run inside `scope`, with
+// their element count and size as its inputs, so that the recorder keeps them as the one flat
+// pass the real run makes (trainer/model/kernels/fused_kernels.h).
+template <class In, class Body>
+void with_flat_scope_on_meta(const char* scope, const std::vector<NamedParam>& params, In in, Body body) {
+  int64_t elements = 0, elem_bytes = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!in(i)) continue;
+    const auto& g = params[i].param.grad();
+    if (!fusable_on_meta(params[i].param) || !g.defined()) continue;
+    elements += params[i].param.numel();
+    elem_bytes = std::max<int64_t>(elem_bytes, static_cast<int64_t>(params[i].param.element_size()));
+  }
+  if (elements == 0) {
+    body([](size_t) { return true; });
+    return;
+  }
+  {
+    RECORD_FUNCTION(scope, std::vector<c10::IValue>({c10::IValue(elements), c10::IValue(elem_bytes)}));
+    body([&](size_t i) { return fusable_on_meta(params[i].param); });
+  }
+  body([&](size_t i) { return !fusable_on_meta(params[i].param); });
 }
 
 torch::Tensor view_at(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like) {
@@ -108,19 +136,22 @@ void AdamW::step(double lr, double grad_scale) {
                                    g.exp_avg.data_ptr<float>(), g.exp_avg_sq.data_ptr<float>(), n, coefs);
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (in_group_[i]) continue;
-    auto& p = params_[i].param;
-    auto g = p.grad();
-    if (!g.defined()) continue;
-    if (grad_scale != 1.0) g.mul_(grad_scale);
-    auto& s = states_[i];
-    p.mul_(1.0 - lr * cfg_.weight_decay);
-    s.exp_avg.mul_(b1).add_(g, 1.0 - b1);
-    s.exp_avg_sq.mul_(b2).addcmul_(g, g, 1.0 - b2);
-    auto denom = (s.exp_avg_sq.sqrt() / bias2_sqrt).add_(cfg_.eps);
-    p.addcdiv_(s.exp_avg, denom, -lr / bias1);
-  }
+  auto not_flat = [&](size_t i) { return !in_group_[i]; };
+  with_flat_scope_on_meta(kFusedAdamwScope, params_, not_flat, [&](auto take) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (in_group_[i] || !take(i)) continue;
+      auto& p = params_[i].param;
+      auto g = p.grad();
+      if (!g.defined()) continue;
+      if (grad_scale != 1.0) g.mul_(grad_scale);
+      auto& s = states_[i];
+      p.mul_(1.0 - lr * cfg_.weight_decay);
+      s.exp_avg.mul_(b1).add_(g, 1.0 - b1);
+      s.exp_avg_sq.mul_(b2).addcmul_(g, g, 1.0 - b2);
+      auto denom = (s.exp_avg_sq.sqrt() / bias2_sqrt).add_(cfg_.eps);
+      p.addcdiv_(s.exp_avg, denom, -lr / bias1);
+    }
+  });
 }
 
 void AdamW::zero_grad() {
@@ -141,10 +172,12 @@ double AdamW::grad_sq_norm() {
     sq += g.grads.scalar_type() == torch::kFloat64 ? sum_squares(g.grads.data_ptr<double>(), g.grads.numel())
                                                    : sum_squares(g.grads.data_ptr<float>(), g.grads.numel());
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& grad = params_[i].param.grad();
-    if (!in_group_[i] && grad.defined()) sq += squared_sum(grad);
-  }
+  with_flat_scope_on_meta(kFusedSumSquaresScope, params_, [&](size_t i) { return !in_group_[i]; }, [&](auto take) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& grad = params_[i].param.grad();
+      if (!in_group_[i] && take(i) && grad.defined()) sq += squared_sum(grad);
+    }
+  });
   return sq;
 }
 
@@ -178,7 +211,17 @@ double squared_sum(const torch::Tensor& t) {
     return t.scalar_type() == torch::kFloat64 ? sum_squares(t.data_ptr<double>(), t.numel())
                                               : sum_squares(t.data_ptr<float>(), t.numel());
   }
-  auto sq = t.to(torch::kFloat64).pow(2).sum();
+  // On the meta device a tensor the one-pass kernel above would take: its scope (see
+  // with_flat_scope_on_meta).
+  const bool scoped = fusable_on_meta(t) && t.is_contiguous();
+  auto sum = [&] { return t.to(torch::kFloat64).pow(2).sum(); };
+  if (scoped) {
+    RECORD_FUNCTION(kFusedSumSquaresScope,
+                    std::vector<c10::IValue>({c10::IValue(t.numel()), c10::IValue(static_cast<int64_t>(t.element_size()))}));
+    sum();
+    return 0.0;
+  }
+  auto sq = sum();
   return t.is_meta() ? 0.0 : sq.item<double>();
 }
 

@@ -25,6 +25,16 @@ uint64_t stable_hash(const std::string& s, uint64_t seed) {
   return h;
 }
 
+// The composite ops; inside the fused kernel's profiling scope when `scoped` (the meta
+// stand-in of a tensor the kernel takes, fused_kernels.h), so that the simulator's recording
+// holds the kernel a real CPU run takes instead of these ops.
+template <class F>
+torch::Tensor composite_in_scope(bool scoped, const char* scope, std::vector<c10::IValue> inputs, F composite) {
+  if (!scoped) return composite();
+  RECORD_FUNCTION(scope, inputs);
+  return composite();
+}
+
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
@@ -34,7 +44,8 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
     if (fused && fusable(in) && weight.scalar_type() == in.scalar_type()) return fused_linear(in, weight);
-    return torch::matmul(in, weight.t());
+    return composite_in_scope(fused && fusable_on_meta(in) && weight.scalar_type() == in.scalar_type(),
+                              kFusedLinearScope, {in, weight}, [&] { return torch::matmul(in, weight.t()); });
   });
 }
 
@@ -53,9 +64,12 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& o
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
     if (fused && fusable(in) && in.scalar_type() == weight.scalar_type()) return fused_rms_norm(in, weight, eps);
-    auto xf = in.to(torch::kFloat32);
-    auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    return weight * normed.to(in.scalar_type());
+    return composite_in_scope(fused && fusable_on_meta(in) && in.scalar_type() == weight.scalar_type(),
+                              kFusedRmsNormScope, {in, weight}, [&] {
+                                auto xf = in.to(torch::kFloat32);
+                                auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+                                return weight * normed.to(in.scalar_type());
+                              });
   });
 }
 
@@ -112,8 +126,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     q = fused_rope(q, cos, sin);
     k = fused_rope(k, cos, sin);
   } else {
-    q = apply_rope(q, cos, sin);
-    k = apply_rope(k, cos, sin);
+    const bool scoped = kernels.rope && fusable_on_meta(q) && fusable_on_meta(k);
+    q = composite_in_scope(scoped, kFusedRopeScope, {q, cos, sin}, [&] { return apply_rope(q, cos, sin); });
+    k = composite_in_scope(scoped, kFusedRopeScope, {k, cos, sin}, [&] { return apply_rope(k, cos, sin); });
   }
   const int64_t H = q.size(1), KV = k.size(1);
   torch::Tensor attn;
@@ -125,15 +140,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     if (kernels.attention && fusable(q) && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
       attn = fused_causal_attention(q, k, v, 1.0 / std::sqrt(double(head_dim)));
     } else {
-      if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
-        k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-        v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-      }
-      auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
-      auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
-      scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-      auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-      attn = torch::matmul(probs, v);
+      const bool scoped = kernels.attention && fusable_on_meta(q) && k.scalar_type() == q.scalar_type() &&
+                          v.scalar_type() == q.scalar_type();
+      attn = composite_in_scope(scoped, kFusedAttentionScope, {q, k, v}, [&] {
+        if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
+          k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+          v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+        }
+        auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
+        auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
+        scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+        auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+        return torch::matmul(probs, v);
+      });
     }
   }
   auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});
@@ -149,7 +168,8 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::Tens
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto gate = w1(x), up = w3(x);
   if (fused && fusable(gate) && up.scalar_type() == gate.scalar_type()) return w2(fused_swiglu(gate, up));
-  return w2(torch::silu(gate) * up);
+  return w2(composite_in_scope(fused && fusable_on_meta(gate) && up.scalar_type() == gate.scalar_type(),
+                               kFusedSwigluScope, {gate, up}, [&] { return torch::silu(gate) * up; }));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
@@ -199,7 +219,8 @@ torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
   if (output) return output(h);
   const auto& w = tok_embeddings->weight;
   if (kernels.linear && fusable(h) && w.scalar_type() == h.scalar_type()) return fused_linear(h, w);
-  return torch::matmul(h, w.t());
+  return composite_in_scope(kernels.linear && fusable_on_meta(h) && w.scalar_type() == h.scalar_type(),
+                            kFusedLinearScope, {h, w}, [&] { return torch::matmul(h, w.t()); });
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
@@ -257,10 +278,12 @@ void TransformerImpl::init_weights(uint64_t seed) {
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
                                 double normalizer, bool fused) {
   if (fused && fusable(logits)) return fused_cross_entropy_sum(logits, labels, normalizer);
-  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
-  auto logp = torch::log_softmax(flat, -1);
-  auto picked = logp.gather(1, labels.reshape({-1, 1}));
-  return -picked.sum() / normalizer;
+  return composite_in_scope(fused && fusable_on_meta(logits), kFusedCrossEntropyScope, {logits, labels}, [&] {
+    auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+    auto logp = torch::log_softmax(flat, -1);
+    auto picked = logp.gather(1, labels.reshape({-1, 1}));
+    return -picked.sum() / normalizer;
+  });
 }
 
 }  // namespace titan

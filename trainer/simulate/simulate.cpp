@@ -82,7 +82,7 @@ RecordedStep record_step(const JobConfig& cfg) {
                      "); use data parallel, tensor parallel and pipeline parallel degrees");
   out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
   if (out.dims.pp > 1) {
-    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, out.chip.fused_attention));
+    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip)));
     const RecordedPipeline& p = *out.pipeline;
     for (const auto& c : p.calls[0])
       if (c.type == SimCollectiveEvent::Type::kCall) out.calls.push_back(c);
@@ -110,7 +110,7 @@ RecordedStep record_step(const JobConfig& cfg) {
   out.global_batch = trainer.global_batch();
   out.microbatches = trainer.microbatches();
   {
-    TraceRecorder recorder(out.chip.fused_attention);
+    TraceRecorder recorder(record_options(out.chip));
     trainer.train_step();
     out.trace = recorder.trace();
     out.calls = recorder.calls();

@@ -46,7 +46,7 @@ int64_t peak_live_layers(const PipeSchedule& s, const PipelineModel& pm, int ran
 
 }  // namespace
 
-RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_attention) {
+RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording) {
   const ParallelDims dims = parallel_dims(cfg, chips);
   const int64_t pp = dims.pp, per_stage = chips / pp;  // pp is the outermost mesh dim
   RecordedPipeline out;
@@ -75,7 +75,7 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_
     out.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
     std::vector<PipeAction> acts;
     std::vector<size_t> begins, ends;
-    TraceRecorder recorder(fuse_attention);
+    TraceRecorder recorder(recording);
     pm.observer = [&](const PipeAction& a, bool begin) {
       if (begin) {
         acts.push_back(a);

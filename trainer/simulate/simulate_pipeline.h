@@ -41,9 +41,11 @@ struct RecordedPipeline {
   int64_t param_elem_bytes = 4;
 };
 
-// Records every pipeline rank's step (sim World of `chips` ranks). fuse_attention: the
-// chip's ChipSpec::fused_attention.
-RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, bool fuse_attention);
+struct RecordOptions;  // trace_recorder.h
+
+// Records every pipeline rank's step (sim World of `chips` ranks). recording: what the
+// recorder keeps as one kernel, after the chip (record_options).
+RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
 
 struct PipelineReplayReport {
   devices::StepReport report;           // step time = the replay's makespan; per-chip figures

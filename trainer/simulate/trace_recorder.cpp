@@ -12,6 +12,8 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "devices/fused_ops.h"
+#include "trainer/model/kernels/fused_kernels.h"
 
 namespace titan {
 
@@ -22,6 +24,10 @@ std::string placement_group(const std::string& name) {
   return name;
 }
 
+RecordOptions record_options(const devices::ChipSpec& chip) {
+  return RecordOptions(chip.fused_attention, chip.host_fused_kernels);
+}
+
 namespace {
 
 using devices::OpDesc;
@@ -30,16 +36,17 @@ using devices::OpKind;
 std::mutex mu;                  // guards the recorder and the attention intervals
 TraceRecorder* active = nullptr;
 bool fuse_attention_scope = true;  // set with `active`, before the callback is installed
+bool fuse_kernel_scopes = false;   // the same, for the fused kernels' scopes
 
-// Forward attention scopes: on thread `thread`, autograd nodes with sequence numbers in
-// [lo, hi) were created inside the scope; their backward is one flash backward kernel.
-struct AttentionInterval {
+// Forward scopes kept as one kernel (attention, fused kernels): on thread `thread`, autograd
+// nodes with sequence numbers in [lo, hi) were created inside the scope; their backward is
+// the kernel's backward, `backward`.
+struct ScopeInterval {
   int64_t hi = 0;
-  devices::AttentionShape shape;
-  int64_t dtype_bytes = 2;
+  std::vector<OpDesc> backward;
   bool backward_emitted = false;
 };
-std::map<std::pair<uint64_t, int64_t>, AttentionInterval> intervals;
+std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
 
 int64_t tensor_bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -69,6 +76,17 @@ int64_t storage_id(const at::Tensor& t) {
   if (added) it->second = {static_cast<int64_t>(storage_ids.size()), t.storage()};
   return it->second.first;
 }
+
+}  // namespace
+
+int64_t recorded_storage_id(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return 0;
+  std::lock_guard<std::mutex> lock(storage_mu);
+  auto it = storage_ids.find(t.storage().unsafeGetStorageImpl());
+  return it == storage_ids.end() ? 0 : it->second.first;
+}
+
+namespace {
 
 void forget_storages() {
   std::lock_guard<std::mutex> lock(storage_mu);
@@ -135,11 +153,10 @@ struct Frame : public at::ObserverContext {
   bool suppressed = false;       // inside an attention scope or an attention backward node
   bool suppress_children = false;
   bool is_op = false;            // an aten op we may record as a leaf
-  bool attention = false;        // the attention scope itself
+  bool kernel = false;           // a scope kept as one kernel (attention, a fused kernel)
   uint64_t thread = 0;
   int64_t seq_lo = 0;
-  devices::AttentionShape attn;
-  int64_t attn_dtype_bytes = 2;
+  std::vector<OpDesc> kernel_forward, kernel_backward;  // what the scope's kernel runs
   OpDesc op;
   int64_t first_input_bytes = 0;
   std::vector<devices::TensorUse> first_input;  // what an in-place op writes
@@ -193,6 +210,58 @@ OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, in
   return d;
 }
 
+const at::Tensor& input_tensor(c10::ArrayRef<const c10::IValue> in, size_t i, const std::string& scope) {
+  TITAN_CHECK(in.size() > i && in[i].isTensor(), scope, ": expected a tensor as input ", i, " of the scope");
+  return in[i].toTensor();
+}
+
+// The ops of a fused kernel's scope (trainer/model/kernels/fused_kernels.h), from its inputs;
+// false for other names.
+bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> in, std::vector<OpDesc>* fwd,
+                      std::vector<OpDesc>* bwd) {
+  namespace d = devices;
+  if (name == kFusedAdamwScope || name == kFusedSumSquaresScope) {
+    // The optimizer's flat passes: (elements, element bytes); no backward.
+    TITAN_CHECK(in.size() == 2 && in[0].isInt() && in[1].isInt(), name, ": expected the element count and size");
+    const int64_t e = in[0].toInt(), b = in[1].toInt();
+    fwd->push_back(name == kFusedAdamwScope ? d::adamw_op(e, b) : d::sum_squares_op(e, b));
+    return true;
+  }
+  const bool known = name == kFusedLinearScope || name == kFusedRmsNormScope || name == kFusedSwigluScope ||
+                     name == kFusedRopeScope || name == kFusedCrossEntropyScope || name == kFusedAttentionScope;
+  if (!known) return false;
+  const at::Tensor& x = input_tensor(in, 0, name);  // the kernel's main operand
+  const int64_t b = static_cast<int64_t>(x.element_size()), last = std::max<int64_t>(1, x.size(-1));
+  const int64_t rows = x.numel() / last;
+  // The kernel's forward op and its backward op, from one builder taking `backward`.
+  auto both = [&](auto op) {
+    fwd->push_back(op(false));
+    bwd->push_back(op(true));
+  };
+  if (name == kFusedLinearScope) {
+    const at::Tensor& w = input_tensor(in, 1, name);
+    TITAN_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), name, ": x [..., in] and weight [out, in]");
+    fwd->push_back(d::linear_op(rows, w.size(1), w.size(0), b));
+    *bwd = d::linear_backward_ops(rows, w.size(1), w.size(0), b, x.requires_grad(), w.requires_grad());
+  } else if (name == kFusedRmsNormScope) {
+    both([&](bool back) { return d::rms_norm_op(rows, last, b, back); });
+  } else if (name == kFusedSwigluScope) {
+    both([&](bool back) { return d::swiglu_op(x.numel(), b, back); });
+  } else if (name == kFusedRopeScope) {
+    const int64_t table = input_tensor(in, 1, name).numel();
+    both([&](bool back) { return d::rope_op(x.numel(), table, b, back); });
+  } else if (name == kFusedCrossEntropyScope) {
+    both([&](bool back) { return d::cross_entropy_op(rows, last, b, back); });
+  } else {
+    const at::Tensor& k = input_tensor(in, 1, name);
+    TITAN_CHECK(x.dim() == 4 && k.dim() == 4, name, ": q and k must be [B, H, S, D]");
+    both([&](bool back) {
+      return d::fused_attention_op({x.size(0), x.size(1), k.size(1), x.size(2), k.size(2), x.size(3), true, back}, b);
+    });
+  }
+  return true;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
   f->parent = top;
@@ -207,10 +276,23 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
                 ": expected q and k as the scope's inputs");
     const at::Tensor q = in[0].toTensor(), k = in[1].toTensor();
     TITAN_CHECK(q.dim() == 4 && k.dim() == 4, kAttentionScope, ": q and k must be [B, H, S, D]");
-    f->attention = !f->suppressed;
+    f->kernel = !f->suppressed;
     f->suppress_children = true;
-    f->attn = {q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), true, false};
-    f->attn_dtype_bytes = static_cast<int64_t>(q.element_size());
+    devices::AttentionShape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), true, false};
+    const int64_t b = static_cast<int64_t>(q.element_size());
+    f->kernel_forward = {devices::attention_op(s, b)};
+    f->kernel_forward[0].name = kAttentionScope;
+    s.backward = true;
+    f->kernel_backward = {devices::attention_op(s, b)};
+    f->kernel_backward[0].name = std::string(kAttentionScope) + "_backward";
+    f->thread = fn.threadId();
+    f->seq_lo = at::sequence_number::peek();
+  } else if (fuse_kernel_scopes && !f->suppressed &&
+             fused_kernel_ops(name, fn.inputs(), &f->kernel_forward, &f->kernel_backward)) {
+    // One fused kernel forward (its inputs are what it reads); backward as the attention's.
+    f->kernel = true;
+    f->suppress_children = true;
+    for (const auto& v : fn.inputs()) add_uses(v, &f->kernel_forward.back().reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION && fn.seqNr() >= 0 && !f->suppressed) {
@@ -223,11 +305,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
         if (!it->second.backward_emitted && active) {
           // The first of the scope's backward nodes autograd reaches runs the whole kernel.
           it->second.backward_emitted = true;
-          auto s = it->second.shape;
-          s.backward = true;
-          OpDesc d = devices::attention_op(s, it->second.dtype_bytes);
-          d.name = std::string(kAttentionScope) + "_backward";
-          active->add_compute(d);
+          for (const OpDesc& d : it->second.backward) active->add_compute(d);
         }
       }
     }
@@ -240,28 +318,29 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return f;
 }
 
+void add_uses_of_outputs(const at::RecordFunction& fn, std::vector<devices::TensorUse>* out) {
+  for (const auto& v : fn.outputs()) add_uses(v, out);
+}
+
 void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto* f = static_cast<Frame*>(ctx);
   if (!f) return;
   top = f->parent;
-  if (f->attention) {
+  if (f->kernel) {
+    if (!f->kernel_forward.empty()) add_uses_of_outputs(fn, &f->kernel_forward.back().writes);
     std::lock_guard<std::mutex> lock(mu);
-    AttentionInterval iv;
+    ScopeInterval iv;
     iv.hi = at::sequence_number::peek();
-    iv.shape = f->attn;
-    iv.dtype_bytes = f->attn_dtype_bytes;
-    if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = iv;
-    if (active) {
-      OpDesc d = devices::attention_op(f->attn, f->attn_dtype_bytes);
-      d.name = kAttentionScope;
-      active->add_compute(d);
-    }
+    iv.backward = std::move(f->kernel_backward);
+    if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = std::move(iv);
+    if (active)
+      for (const OpDesc& d : f->kernel_forward) active->add_compute(d);
     return;
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
   OpDesc& d = f->op;
   std::vector<devices::TensorUse> writes;
-  for (const auto& v : fn.outputs()) add_uses(v, &writes);
+  add_uses_of_outputs(fn, &writes);
   // An in-place op (add_, copy_) writes its first input, whatever it returns.
   if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_input;
   if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
@@ -280,12 +359,13 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 
 }  // namespace
 
-TraceRecorder::TraceRecorder(bool fuse_attention) {
+TraceRecorder::TraceRecorder(const RecordOptions& options) {
   {
     std::lock_guard<std::mutex> lock(mu);
     TITAN_CHECK(active == nullptr, "TraceRecorder: another recorder is active");
     active = this;
-    fuse_attention_scope = fuse_attention;
+    fuse_attention_scope = options.fuse_attention;
+    fuse_kernel_scopes = options.fused_kernels;
     intervals.clear();
   }
   forget_storages();

@@ -11,6 +11,10 @@
 #include "collectives/sim_backend.h"
 #include "devices/step_simulator.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace titan {
 
 // Name of the profiling scope the model puts around its attention core (scores, mask,
@@ -22,13 +26,30 @@ constexpr const char* kAttentionScope = "titan::attention";
 // Communicator names of the trainer's mesh -> group names devices::Placement knows.
 std::string placement_group(const std::string& communicator_name);
 
+// What the recorder keeps as one kernel, after the simulated chip (record_options).
+struct RecordOptions {
+  // ChipSpec::fused_attention: cost kAttentionScope as one flash kernel; false records the
+  // ops inside it (and their backward) one by one.
+  bool fuse_attention = true;
+  // ChipSpec::host_fused_kernels: keep each fused-kernel scope (trainer/model/kernels/
+  // fused_kernels.h; the model opens them only where training.fused_kernels would run the
+  // kernel) as that kernel's ops (devices/fused_ops.h), forward and backward; false records
+  // the composite ops inside them.
+  bool fused_kernels = false;
+  RecordOptions(bool fuse_attention_ = true, bool fused_kernels_ = false)  // NOLINT: from a bool
+      : fuse_attention(fuse_attention_), fused_kernels(fused_kernels_) {}
+};
+RecordOptions record_options(const devices::ChipSpec& chip);
+
+// The id the active recording gave t's storage (devices::TensorUse::id); 0 when it has not
+// seen it. For notes taken during a recording (trainer/simulate/shard_resize.cpp).
+int64_t recorded_storage_id(const at::Tensor& t);
+
 class TraceRecorder {
  public:
   // Installs a global at::RecordFunction callback (FUNCTION, BACKWARD_FUNCTION and
   // USER_SCOPE, inputs and outputs) and the sim listener. One recorder at a time.
-  // fuse_attention (ChipSpec::fused_attention): cost kAttentionScope as one flash kernel;
-  // false records the ops inside it (and their backward) one by one, as the CPU runs them.
-  explicit TraceRecorder(bool fuse_attention = true);
+  explicit TraceRecorder(const RecordOptions& options = {});
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
@@ -36,7 +57,8 @@ class TraceRecorder {
   const devices::Trace& trace() const { return trace_; }
   // Every Communicator call in issue order (kCall events), for comparison with real runs.
   const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
-  // Recorded leaf ops per aten name (attention ops under kAttentionScope's name).
+  // Recorded leaf ops per aten name (attention ops under kAttentionScope's name, fused kernels
+  // under their op names).
   const std::map<std::string, int64_t>& op_counts() const { return op_counts_; }
 
   // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).

@@ -2,7 +2,8 @@
 // of whether a tensor can take them. Read by the model's modules and the loss; the trainer
 // sets it from [training] fused_kernels. Off, or on tensors the kernels do not take (the
 // meta device of the simulator, other devices, dtypes other than float and double), the
-// model runs the composite ATen ops instead, so a recorded trace keeps its aten ops.
+// model runs the composite ATen ops instead; on the meta device, where a real CPU run would
+// take a kernel, inside that kernel's scope (below).
 #pragma once
 
 #include <torch/torch.h>
@@ -22,6 +23,30 @@ struct FusedKernels {
 // A strided CPU tensor of float or double.
 inline bool fusable(const torch::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == torch::kStrided &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
+// Profiling scopes (RecordFunction user scopes) around a fused kernel's place in the model when
+// it runs on the meta device: the simulator records the step there, where the kernels cannot
+// run, so the model runs the composite ops inside the scope and the recorder
+// (trainer/simulate/trace_recorder.h) keeps the scope as the one kernel a real CPU run takes.
+// Inputs: linear (x, weight), rms_norm (x, weight), swiglu (gate, up), rope (x, cos, sin),
+// cross_entropy (logits, labels), attention (q, k, v), as the kernels take them.
+constexpr const char* kFusedLinearScope = "titan::fused_linear";
+constexpr const char* kFusedRmsNormScope = "titan::fused_rms_norm";
+constexpr const char* kFusedSwigluScope = "titan::fused_swiglu";
+constexpr const char* kFusedRopeScope = "titan::fused_rope";
+constexpr const char* kFusedCrossEntropyScope = "titan::fused_cross_entropy";
+constexpr const char* kFusedAttentionScope = "titan::fused_attention";
+// The optimizer's flat passes (trainer/components/optimizer.cpp); inputs: the element count
+// and the element size in bytes (ints).
+constexpr const char* kFusedAdamwScope = "titan::fused_adamw";
+constexpr const char* kFusedSumSquaresScope = "titan::fused_sum_squares";
+
+// A meta tensor standing in for one fusable() takes: the real trainer would run the fused
+// kernel where the recording has this tensor (same switch, same dtype rule).
+inline bool fusable_on_meta(const torch::Tensor& t) {
+  return t.defined() && t.is_meta() && t.layout() == torch::kStrided &&
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 

@@ -1,0 +1,101 @@
+// Fused-kernel op descriptors (see fused_ops.h). FLOPs count the arithmetic of each kernel's
+// formula per element (an exp counts as one); on every device these kernels are bound by
+// their memory traffic, which is why the bytes are counted per tensor the kernel touches.
+#include "devices/fused_ops.h"
+
+namespace titan::devices {
+namespace {
+
+OpDesc fused(const std::string& name, bool backward, int64_t read, int64_t written, double flops,
+             int64_t dtype_bytes) {
+  OpDesc op = pointwise_op(backward ? name + "_backward" : name, OpKind::kFused, read, written, flops);
+  op.dtype_bytes = dtype_bytes;
+  return op;
+}
+
+const std::vector<std::string>& op_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const char* base : {kFusedRmsNormOp, kFusedSwigluOp, kFusedRopeOp, kFusedCrossEntropyOp, kFusedAttentionOp}) {
+      n.push_back(base);
+      n.push_back(std::string(base) + "_backward");
+    }
+    for (const char* suffix : {"", "_input_grad", "_weight_grad"}) n.push_back(std::string(kFusedLinearOp) + suffix);
+    n.push_back(kFusedAdamwOp);
+    n.push_back(kFusedSumSquaresOp);
+    return n;
+  }();
+  return names;
+}
+
+}  // namespace
+
+bool is_fused_kernel_op(const std::string& name) {
+  for (const std::string& n : op_names())
+    if (n == name) return true;
+  return false;
+}
+
+std::string fused_kernel_op_names() {
+  std::string s;
+  for (const std::string& n : op_names()) s += (s.empty() ? "" : " ") + n;
+  return s;
+}
+
+OpDesc rms_norm_op(int64_t rows, int64_t n, int64_t b, bool backward) {
+  const int64_t e = rows * n;
+  // Forward reads x and w, writes y and rstd: x^2 summed, then x * rstd * w (4 per element).
+  if (!backward) return fused(kFusedRmsNormOp, false, (e + n) * b, (e + rows) * b, 4.0 * e, b);
+  // Backward reads x, w, dy, rstd and writes dx and a double dw row: dot(dy w, x) (3), dx (4),
+  // dw += dy x rstd (3).
+  return fused(kFusedRmsNormOp, true, (2 * e + n + rows) * b, e * b + n * 8, 10.0 * e, b);
+}
+
+OpDesc swiglu_op(int64_t e, int64_t b, bool backward) {
+  // Forward reads a, b, writes y: a / (1 + exp(-a)) * b (5 per element).
+  if (!backward) return fused(kFusedSwigluOp, false, 2 * e * b, e * b, 5.0 * e, b);
+  // Backward reads a, b, dy, writes da, db: sigmoid (3), da (6), db (2).
+  return fused(kFusedSwigluOp, true, 3 * e * b, 2 * e * b, 11.0 * e, b);
+}
+
+OpDesc rope_op(int64_t e, int64_t table, int64_t b, bool backward) {
+  // Reads x (or dy) and the two float tables, writes y (or dx): x cos + rotate(x) sin.
+  return fused(kFusedRopeOp, backward, e * b + 2 * table * 4, e * b, 3.0 * e, b);
+}
+
+OpDesc cross_entropy_op(int64_t rows, int64_t vocab, int64_t b, bool backward) {
+  const int64_t e = rows * vocab;
+  // Forward reads logits and labels, writes each row's log-sum-exp and loss: running max,
+  // x - max, exp, sum (4 per element).
+  if (!backward) return fused(kFusedCrossEntropyOp, false, e * b + rows * 8, 2 * rows * b, 4.0 * e, b);
+  // Backward reads logits, labels and lse, writes softmax - one_hot: x - lse, exp, scale (3).
+  return fused(kFusedCrossEntropyOp, true, e * b + rows * (8 + b), e * b, 3.0 * e, b);
+}
+
+OpDesc adamw_op(int64_t e, int64_t b) {
+  // decay, two moment updates, sqrt, divide, step: about 12 per element.
+  return fused(kFusedAdamwOp, false, 4 * e * b, 3 * e * b, 12.0 * e, b);
+}
+
+OpDesc sum_squares_op(int64_t e, int64_t b) { return fused(kFusedSumSquaresOp, false, e * b, 8, 2.0 * e, b); }
+
+OpDesc linear_op(int64_t rows, int64_t in, int64_t out, int64_t b) {
+  return matmul_op(kFusedLinearOp, {1, rows, out, in}, b);
+}
+
+std::vector<OpDesc> linear_backward_ops(int64_t rows, int64_t in, int64_t out, int64_t b, bool input_grad,
+                                        bool weight_grad) {
+  std::vector<OpDesc> ops;
+  const std::string name = kFusedLinearOp;
+  if (input_grad) ops.push_back(matmul_op(name + "_input_grad", {1, rows, in, out}, b));     // dy [rows, out] w
+  if (weight_grad) ops.push_back(matmul_op(name + "_weight_grad", {1, out, in, rows}, b));  // dy^T x
+  return ops;
+}
+
+OpDesc fused_attention_op(AttentionShape s, int64_t b) {
+  OpDesc op = attention_op(s, b);
+  op.name = std::string(kFusedAttentionOp) + (s.backward ? "_backward" : "");
+  return op;
+}
+
+}  // namespace titan::devices

@@ -1,0 +1,60 @@
+// Op descriptors of the trainer's fused CPU kernels (trainer/model/kernels): what one call of
+// each kernel reads, writes and computes, forward and backward. One place for both users:
+// the trace recorder (trainer/simulate/trace_recorder.cpp), which turns a fused kernel's scope
+// into these ops, and the cpu calibration (bench/calibrate_cpu.cpp), which times the kernels
+// and divides these same bytes / FLOPs by the time, so that a measured rate and the op it
+// prices always count the same work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "devices/compute_cost.h"
+
+namespace titan::devices {
+
+// Op names (OpDesc::name) of the fused kernels; backward ops add "_backward", the linear's
+// "_input_grad" / "_weight_grad". The cpu device's measured rates are keyed by these names.
+constexpr const char* kFusedLinearOp = "titan::linear";
+constexpr const char* kFusedRmsNormOp = "titan::rms_norm";
+constexpr const char* kFusedSwigluOp = "titan::swiglu";
+constexpr const char* kFusedRopeOp = "titan::rope";
+constexpr const char* kFusedCrossEntropyOp = "titan::cross_entropy";
+constexpr const char* kFusedAttentionOp = "titan::fused_attention";
+constexpr const char* kFusedAdamwOp = "titan::adamw";             // no backward
+constexpr const char* kFusedSumSquaresOp = "titan::sum_squares";  // no backward
+
+// Whether `name` is one of the op names above (with its backward suffixes), and the list, for
+// errors.
+bool is_fused_kernel_op(const std::string& name);
+std::string fused_kernel_op_names();
+
+// The memory-bound kernels (OpKind::kFused). Element counts are of the kernel's main operand;
+// dtype_bytes is its element size.
+// RMSNorm over rows of n: y = w * x * rstd (rstd saved per row); backward dx and dw.
+OpDesc rms_norm_op(int64_t rows, int64_t n, int64_t dtype_bytes, bool backward);
+// silu(a) * b on `elements` elements each; backward da, db.
+OpDesc swiglu_op(int64_t elements, int64_t dtype_bytes, bool backward);
+// Rotary embedding of x (`elements`) with float cos / sin tables of `table_elements` each.
+OpDesc rope_op(int64_t elements, int64_t table_elements, int64_t dtype_bytes, bool backward);
+// Cross entropy fused with the softmax over rows of `vocab` logits (int64 labels).
+OpDesc cross_entropy_op(int64_t rows, int64_t vocab, int64_t dtype_bytes, bool backward);
+
+// The optimizer's passes over its flat buffers (trainer/components/flat_kernels.h) of
+// `elements` parameters: the AdamW update (reads parameter, gradient and both moments, writes
+// parameter and moments) and the gradient norm's sum of squares.
+OpDesc adamw_op(int64_t elements, int64_t dtype_bytes);
+OpDesc sum_squares_op(int64_t elements, int64_t dtype_bytes);
+
+// The linear layer y = x w^T, x [rows, in], w [out, in]: one matmul forward; backward the
+// products it needs (dx = dy w, dw = dy^T x).
+OpDesc linear_op(int64_t rows, int64_t in, int64_t out, int64_t dtype_bytes);
+std::vector<OpDesc> linear_backward_ops(int64_t rows, int64_t in, int64_t out, int64_t dtype_bytes,
+                                        bool input_grad, bool weight_grad);
+
+// The fused causal attention kernel (no S x S scores in memory): the flash descriptor
+// (attention_op) under kFusedAttentionOp's name.
+OpDesc fused_attention_op(AttentionShape s, int64_t dtype_bytes);
+
+}  // namespace titan::devices
