@@ -5,6 +5,8 @@
 // (gradcheck-style) and the model-level switch.
 #include <gtest/gtest.h>
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 #include <thread>
 
@@ -153,6 +155,53 @@ TEST(FusedKernels, LinearMatchesMatmul) {
                 [](auto& t) { return torch::matmul(t[0], t[1].t()); }, {xt, w}, {0}, "linear strided");
     if (dt == torch::kFloat64) expect_gradcheck([](auto& t) { return fused_linear(t[0], t[1]); }, {x, w}, {0, 1}, "linear");
   }
+}
+
+// aten ops run on this thread while counting is on (a RecordFunction callback).
+thread_local std::vector<std::string>* g_ops = nullptr;
+std::unique_ptr<at::ObserverContext> note_op(const at::RecordFunction& fn) {
+  if (g_ops) g_ops->push_back(fn.name());
+  return nullptr;
+}
+
+// A weight whose gradient is already allocated (the optimizer's flat buffer) takes dy^T x in
+// place, in one addmm_ and no mm + add_: onto zeros the same bits as autograd's fresh
+// product; onto a nonzero gradient the sum; with a hook on the weight, the composite route,
+// and the hook sees the product.
+TEST(FusedKernels, LinearWeightGradientAccumulatesInPlace) {
+  torch::manual_seed(5);
+  auto x = torch::randn({4, 64, 96}), w0 = torch::randn({80, 96}), up = torch::randn({4, 64, 80});
+  int calls = 0;
+  auto grad_of = [&](const torch::Tensor& start, bool hook, std::vector<std::string>* ops) {
+    auto w = w0.clone().requires_grad_(true);
+    if (start.defined()) w.mutable_grad() = start.clone();
+    if (hook) w.register_hook([&calls](torch::Tensor g) { ++calls; return g; });
+    auto y = fused_linear(x, w);
+    auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&note_op).scopes({at::RecordScope::FUNCTION}));
+    g_ops = ops;
+    y.backward(up);
+    g_ops = nullptr;
+    at::removeCallback(handle);
+    return w.grad();
+  };
+  auto count = [](const std::vector<std::string>& ops, const std::string& name) {
+    return std::count(ops.begin(), ops.end(), name);
+  };
+  std::vector<std::string> fresh_ops, zeroed_ops, summed_ops, hooked_ops;
+  auto fresh = grad_of(torch::Tensor(), false, &fresh_ops);
+  EXPECT_EQ(count(fresh_ops, "aten::addmm_"), 0) << "no gradient yet: autograd's product";
+  auto zeroed = grad_of(torch::zeros({80, 96}), false, &zeroed_ops);
+  EXPECT_EQ(count(zeroed_ops, "aten::addmm_"), 1);
+  EXPECT_EQ(count(zeroed_ops, "aten::add_"), 0) << "no AccumulateGrad add";
+  EXPECT_TRUE(torch::equal(zeroed, fresh)) << "onto zeros: the bits of the fresh product";
+  auto start = torch::randn({80, 96});
+  auto summed = grad_of(start, false, &summed_ops);
+  EXPECT_EQ(count(summed_ops, "aten::addmm_"), 1);
+  EXPECT_LT(rel(summed, start + fresh), 1e-6);
+  auto hooked = grad_of(torch::zeros({80, 96}), true, &hooked_ops);
+  EXPECT_EQ(count(hooked_ops, "aten::addmm_"), 0) << "a hook: AccumulateGrad's route";
+  EXPECT_EQ(calls, 1) << "a hook on the weight sees its gradient";
+  EXPECT_TRUE(torch::equal(hooked, fresh));
 }
 
 // The thread choice keeps the faster variant: here the all-threads variant is made slow, so
