@@ -1,6 +1,7 @@
 #include "trainer/model/kernels/thread_choice.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
@@ -32,12 +33,25 @@ bool enabled_from_env() {
 
 std::atomic<bool> g_enabled{enabled_from_env()};
 
+bool log_from_env() {
+  const char* v = std::getenv("TITAN_THREAD_CHOICE_LOG");
+  return v && std::string(v) == "1";
+}
+
 }  // namespace
 
 ThreadChoiceState& thread_choice_state(const char* site, int64_t a, int64_t b, int64_t c) {
   // Per thread: no lock on the hot path; the autograd engine and the caller each learn their own.
   thread_local std::unordered_map<Key, ThreadChoiceState, KeyHash> states;
   return states[Key{site, a, b, c}];
+}
+
+void log_thread_choice(const char* site, int64_t a, int64_t b, int64_t c, const ThreadChoiceState& s) {
+  static const bool on = log_from_env();
+  if (!on) return;
+  std::fprintf(stderr, "titan: thread choice %s (%lld, %lld, %lld): 1 thread %.3f ms, all %.3f ms -> %s\n", site,
+               static_cast<long long>(a), static_cast<long long>(b), static_cast<long long>(c), s.best[0] * 1e3,
+               s.best[1] * 1e3, s.decided == 0 ? "1 thread" : "all");
 }
 
 void set_intra_op_threads(int n) { omp_set_num_threads(n); }

@@ -37,6 +37,10 @@ void set_intra_op_threads(int n);
 // TITAN_THREAD_CHOICE=0 in the environment starts with it off, for A/B benchmarks).
 void set_thread_choice_enabled(bool on);
 bool thread_choice_enabled();
+// With TITAN_THREAD_CHOICE_LOG=1 in the environment, each decision goes to stderr (site, the
+// three shape numbers, the best times of both variants, the one kept): to check on a quiet
+// host whether a site the timing put on one thread should have had all of them.
+void log_thread_choice(const char* site, int64_t a, int64_t b, int64_t c, const ThreadChoiceState& s);
 
 constexpr int kThreadChoiceTrials = 3;
 
@@ -67,6 +71,7 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   if (t < s.best[variant]) s.best[variant] = t;
   if (++s.trials[variant] >= kThreadChoiceTrials && s.trials[1 - variant] >= kThreadChoiceTrials) {
     s.decided = s.best[0] < s.best[1] ? 0 : 1;
+    log_thread_choice(site, a, b, c, s);
   }
 }
 
