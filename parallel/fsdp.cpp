@@ -9,6 +9,26 @@
 
 namespace titan {
 
+namespace {
+FsdpObserver* observer = nullptr;
+}  // namespace
+
+void set_fsdp_observer(FsdpObserver* o) { observer = o; }
+FsdpObserver* fsdp_observer() { return observer; }
+
+void note_shard_collective(const Fsdp* fsdp, const std::string& op, const Communicator& group,
+                           const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& tensors) {
+  if (!observer || !fsdp || group.size() <= 1 || params.empty()) return;
+  std::vector<int64_t> numels;
+  std::vector<at::ScalarType> dtypes;
+  for (size_t i = 0; i < params.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : fsdp->shard_of(params[i]).full_shape) n *= d;
+    numels.push_back(n);
+    dtypes.push_back(tensors[i].scalar_type());
+  }
+  observer->collective(op, group.name(), numels, dtypes, /*padded=*/false);
+}
 
 Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate_group,
            const FsdpOptions& options, std::vector<NamedModule> embedding,
@@ -32,6 +52,12 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
   }
   for (size_t i = 0; i < blocks.size(); ++i) add("layers." + std::to_string(i), std::move(blocks[i]), other_reshard);
   if (!tied_) add("head", std::move(head), head_reshard);
+  if (FsdpObserver* o = fsdp_observer()) {
+    std::vector<int64_t> numels;
+    for (auto& u : units_)
+      for (int64_t n : u->numels()) numels.push_back(n);
+    o->plan(shard_group_->size(), numels);
+  }
   for (auto& u : units_) {
     u->sync_ = &sync_;
     u->on_grad = [this] {

@@ -12,6 +12,7 @@
 #include "collectives/communicator.h"
 #include "common/error.h"
 #include "parallel/fsdp.h"
+#include "parallel/fsdp_observer.h"
 
 namespace titan {
 
@@ -80,6 +81,11 @@ class FsdpUnit {
       outs.push_back(p.gathered_flat);
       ins.push_back(p.shard.detach().to(opts_.param_dtype));
     }
+    if (FsdpObserver* o = fsdp_observer()) {
+      for (auto& p : params_) o->shard_sized(p.gathered_flat, p.numel);
+      o->collective("all_gather", shard_group_.name(), numels(),
+                    std::vector<at::ScalarType>(params_.size(), opts_.param_dtype), true);
+    }
     gather_work_ = shard_group_.all_gather(outs, ins);
   }
 
@@ -112,6 +118,7 @@ class FsdpUnit {
     if (pending_grads_.empty()) pending_grads_.resize(params_.size());
     auto& p = params_[i];
     auto flat = torch::zeros({p.shard_len * shard_group_.size()}, grad.options().dtype(opts_.reduce_dtype));
+    if (FsdpObserver* o = fsdp_observer()) o->shard_sized(flat, p.numel);
     flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
     pending_grads_[i] = flat;
     if (++grads_seen_ == params_.size() && issue_reduce() && on_reduce_issued) on_reduce_issued(this);
@@ -148,6 +155,10 @@ class FsdpUnit {
       reduce_index_.push_back(i);
     }
     reduce_outs_ = outs;
+    if (FsdpObserver* o = fsdp_observer()) {
+      for (size_t k = 0; k < reduce_index_.size(); ++k) o->shard_sized(outs[k], params_[reduce_index_[k]].numel);
+      note_reduction(*o, "reduce_scatter", shard_group_, ins, true);
+    }
     reduce_work_ = shard_group_.reduce_scatter(outs, ins, ReduceOp::kSum);
     pending_grads_.clear();
     grads_seen_ = 0;
@@ -158,7 +169,9 @@ class FsdpUnit {
   void start_replicate_reduce() {
     if (!reduce_work_ || replicate_work_) return;
     reduce_work_->wait();
-    if (replicate_group_.size() > 1) replicate_work_ = replicate_group_.all_reduce(reduce_outs_, ReduceOp::kSum);
+    if (replicate_group_.size() <= 1) return;
+    if (FsdpObserver* o = fsdp_observer()) note_reduction(*o, "all_reduce", replicate_group_, reduce_outs_, false);
+    replicate_work_ = replicate_group_.all_reduce(reduce_outs_, ReduceOp::kSum);
   }
 
   void complete_reduce() {
@@ -180,6 +193,13 @@ class FsdpUnit {
     reduce_outs_.clear();
   }
 
+  // The full element count of every parameter, in order.
+  std::vector<int64_t> numels() const {
+    std::vector<int64_t> n;
+    for (const auto& p : params_) n.push_back(p.numel);
+    return n;
+  }
+
   bool reducing() const { return reduce_work_ != nullptr; }
   bool replicating() const { return replicate_work_ != nullptr; }
 
@@ -190,6 +210,18 @@ class FsdpUnit {
   const bool* sync_ = nullptr;
 
  private:
+  // Tells the observer of a reduction over the parameters in reduce_index_ (tensors: one each).
+  void note_reduction(FsdpObserver& o, const char* op, const Communicator& group,
+                      const std::vector<torch::Tensor>& tensors, bool padded) const {
+    std::vector<int64_t> n;
+    std::vector<at::ScalarType> dtypes;
+    for (size_t k = 0; k < reduce_index_.size(); ++k) {
+      n.push_back(params_[reduce_index_[k]].numel);
+      dtypes.push_back(tensors[k].scalar_type());
+    }
+    o.collective(op, group.name(), n, dtypes, padded);
+  }
+
   std::string name_;
   Communicator& shard_group_;
   Communicator& replicate_group_;

@@ -35,6 +35,11 @@ std::string RecordingCache::key(const JobConfig& cfg) {
          "\nhost_fused_kernels = " + (host_kernels ? "true" : "false") + "\n";
 }
 
+std::string RecordingCache::first_not_resized() const {
+  std::lock_guard<std::mutex> lock(why_mu_);
+  return first_not_resized_;
+}
+
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
 RecordingCache::RecordingCache() : recorder_([this] { recorder_loop(); }) {}
@@ -54,54 +59,103 @@ void RecordingCache::recorder_loop() {
     std::unique_lock<std::mutex> lock(queue_mu_);
     queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;
-    auto [cfg, promise] = std::move(queue_.front());
+    auto [cfg, job] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      // The first step recorded on a new thread differs from every later one (by up to 2% of
-      // the step time: libtorch's per-thread first-use work lands in the trace), so the
-      // thread records its first config once and discards it.
-      if (!warmed) {
-        warmed = true;
-        try {
-          (void)record_step(cfg);
-        } catch (...) {
-          warmed = false;  // a config that fails to record warms nothing
-        }
+    // The first step recorded on a new thread differs from every later one (by up to 2% of
+    // the step time: libtorch's per-thread first-use work lands in the trace), so the
+    // thread records its first config once and discards it.
+    if (!warmed) {
+      warmed = true;
+      try {
+        (void)record_step(cfg);
+      } catch (...) {
+        warmed = false;  // a config that fails to record warms nothing
       }
-      promise->set_value(std::make_shared<const RecordedStep>(record_step(cfg)));
-    } catch (...) {
-      promise->set_exception(std::current_exception());
     }
+    job();  // sets its promise, value or exception
     ++recordings_;
     record_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
 }
 
+void RecordingCache::enqueue(const JobConfig& cfg, std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> qlock(queue_mu_);
+    queue_.emplace_back(cfg, std::move(job));
+  }
+  queue_cv_.notify_one();
+}
+
 std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { return request(cfg).get(); }
+
+template <class T, class Make>
+std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
+    std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
+    const JobConfig& cfg, Make make) {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  auto it = map.find(key);
+  if (it != map.end()) return it->second;
+  auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
+  auto fut = promise->get_future().share();
+  map.emplace(key, fut);
+  enqueue(cfg, [promise, make] {
+    try {
+      promise->set_value(make());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return fut;
+}
+
+std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg) {
+  return cached(entries_, key(cfg), cfg, [cfg] { return std::make_shared<const RecordedStep>(record_step(cfg)); });
+}
+
+RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) {
+  // Every degree of a layout has the same key at degree 2.
+  return cached(probes_, key(with_shard_degree(cfg, 2)), cfg, [this, cfg] {
+    auto probe = std::make_shared<const ProbeRecording>(record_probe(cfg, probe_degree_.load()));
+    probe_degree_ = probe->degree;
+    return probe;
+  });
+}
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg) {
   ++lookups_;
-  const std::string k = key(cfg);
-  std::shared_future<std::shared_ptr<const RecordedStep>> fut;
-  {
-    std::lock_guard<std::mutex> lock(map_mu_);
-    auto it = entries_.find(k);
-    if (it != entries_.end()) {
-      fut = it->second;
-    } else {
-      auto promise = std::make_shared<std::promise<std::shared_ptr<const RecordedStep>>>();
-      fut = promise->get_future().share();
-      entries_.emplace(k, fut);
-      {
-        std::lock_guard<std::mutex> qlock(queue_mu_);
-        queue_.emplace_back(cfg, std::move(promise));
-      }
-      queue_cv_.notify_one();
-    }
+  bool resizable = false;
+  try {
+    resizable = resize_shards && shard_resizable(cfg);
+  } catch (const std::exception&) {
+    // degrees that do not resolve: the recording reports the error
   }
-  return fut;
+  if (!resizable) return request_recorded(cfg);
+  ProbeFuture probe = request_probe(cfg);
+  return std::async(std::launch::deferred, [this, probe, cfg]() -> std::shared_ptr<const RecordedStep> {
+           std::shared_ptr<const ProbeRecording> p;
+           std::string why;
+           try {
+             p = probe.get();
+           } catch (const std::exception& e) {
+             // A probe that fails (a config error, sizes resizing cannot follow): cfg is
+             // recorded itself, and reports its own errors.
+             why = e.what();
+           }
+           RecordedStep r;
+           if (p && resize_for_shard_degree(*p, cfg, &r, &why)) {
+             ++resized;
+             return std::make_shared<const RecordedStep>(std::move(r));
+           }
+           ++not_resized;
+           {
+             std::lock_guard<std::mutex> lock(why_mu_);
+             if (first_not_resized_.empty()) first_not_resized_ = why;
+           }
+           return request_recorded(cfg).get();
+         })
+      .share();
 }
 
 }  // namespace titan::study

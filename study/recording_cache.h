@@ -9,8 +9,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <utility>
 
 #include "trainer/config/job_config.h"
+#include "trainer/simulate/shard_resize.h"
 #include "trainer/simulate/simulate.h"
 
 namespace titan::study {
@@ -35,12 +37,20 @@ class RecordingCache {
   // (a config error: degrees, divisibility) rethrows the same error to every later caller.
   std::shared_ptr<const RecordedStep> get(const JobConfig& cfg);
   // The same, without waiting: queues the recording (if new) and returns where it will be, so
-  // that a caller needing several recordings keeps the recorder thread busy.
+  // that a caller needing several recordings keeps the recorder thread busy. A resized step
+  // is made by whoever waits on it first (on that thread) and is not kept: it takes a
+  // millisecond to make and as much memory as a recording.
   std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg);
 
   // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
   // through this cache; off: every point is recorded at its own depth.
   bool layer_extrapolation = true;
+  // Shard resizing (trainer/simulate/shard_resize.h): a layout is recorded once at a probe
+  // dp_shard degree and resized for every degree asked; off: every degree is recorded.
+  bool resize_shards = true;
+  std::atomic<int64_t> resized{0};  // steps resized from a probe (not recorded themselves)
+  std::atomic<int64_t> not_resized{0};  // resizable steps recorded after all, and the first why
+  std::string first_not_resized() const;
   std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
   std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
 
@@ -56,14 +66,28 @@ class RecordingCache {
 
  private:
   void recorder_loop();
+  // Queues a recording job; cfg is what the thread's discarded first recording records.
+  void enqueue(const JobConfig& cfg, std::function<void()> job);
+  std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
+  using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
+  ProbeFuture request_probe(const JobConfig& cfg);
+  // map[key], or a new entry that the recorder thread fills with make().
+  template <class T, class Make>
+  std::shared_future<std::shared_ptr<const T>> cached(
+      std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
+      const JobConfig& cfg, Make make);
 
   std::mutex map_mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;
+  std::map<std::string, ProbeFuture> probes_;  // by the key of the layout at degree 2
   std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
-  // The recorder thread's queue: configs to record and where their recording goes.
+  mutable std::mutex why_mu_;
+  std::string first_not_resized_;
+  std::atomic<int64_t> probe_degree_{3};  // the last probe degree that worked: tried first
+  // The recorder thread's queue: what to record (and its config, for the warm-up).
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<JobConfig, std::shared_ptr<std::promise<std::shared_ptr<const RecordedStep>>>>> queue_;
+  std::deque<std::pair<JobConfig, std::function<void()>>> queue_;
   bool stop_ = false;
   std::thread recorder_;
 };

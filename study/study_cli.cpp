@@ -18,12 +18,15 @@ namespace titan::study {
 std::string study_usage() {
   return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
          "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--full-depth]\n"
+         "                   [--every-degree]\n"
          "                   [--section.key VALUE ...]\n"
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
          "  --search  the best layouts for the base config's model, device and chip count\n"
          "  --full-depth  record every point at its model's depth (no layer extrapolation from\n"
          "            shallow recordings; for comparisons)\n"
+         "  --every-degree  record every dp_shard degree (no resizing of one degree's recording;\n"
+         "            for comparisons)\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
 }
@@ -34,11 +37,14 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
   std::fprintf(stderr,
                "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
                "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
-               "shallow recordings, %lld recorded at full depth\n",
+               "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
+               "degree's recording, %lld not%s%s\n",
                what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
                static_cast<long long>(cache.recordings()), cache.record_seconds(),
                static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
-               static_cast<long long>(cache.full_depth.load()));
+               static_cast<long long>(cache.full_depth.load()), static_cast<long long>(cache.resized.load()),
+               static_cast<long long>(cache.not_resized.load()), cache.not_resized.load() ? " (first: " : "",
+               cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "");
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
@@ -57,7 +63,7 @@ void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::st
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
-  bool search = false, plots = true, trace = false, full_depth = false;
+  bool search = false, plots = true, trace = false, full_depth = false, every_degree = false;
   int threads = 0;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -83,6 +89,7 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--no-plots") plots = false;
     else if (a == "--trace") trace = true;
     else if (a == "--full-depth") full_depth = true;
+    else if (a == "--every-degree") every_degree = true;
     else cfg_args.push_back(a);
   }
   TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
@@ -91,6 +98,7 @@ int study_main(const std::vector<std::string>& args) {
   const PriceTable prices = read_prices(prices_path);
   RecordingCache cache;
   cache.layer_extrapolation = !full_depth;
+  cache.resize_shards = !every_degree;
   SweepFile sweep;
   if (!study_path.empty()) sweep = read_sweep_file(study_path);
   if (out.empty()) out = base.job.dump_folder + "/study/" + (sweep.name.empty() ? "search" : sweep.name);

@@ -71,7 +71,7 @@ devices::ExecutionMode execution_mode(const JobConfig& cfg) {
 
 }  // namespace
 
-RecordedStep record_step(const JobConfig& cfg) {
+RecordedStep record_step(const JobConfig& cfg, bool place) {
   RecordedStep out;
   out.chip = simulated_chip(cfg);
   const int64_t chips = cfg.simulation.num_chips;
@@ -80,7 +80,7 @@ RecordedStep record_step(const JobConfig& cfg) {
   // Trainer refuses it too).
   TITAN_CONFIG_CHECK(out.dims.cp == 1, "context parallelism is not implemented yet (", out.dims.to_string(),
                      "); use data parallel, tensor parallel and pipeline parallel degrees");
-  out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
+  if (place) out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
   if (out.dims.pp > 1) {
     out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip)));
     const RecordedPipeline& p = *out.pipeline;

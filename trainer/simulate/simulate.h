@@ -46,7 +46,9 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& dims);
 
 // Validates device, degrees and topology (config errors), then records one training step
 // with cfg.comm.collective_mode. Chip count enters only through group sizes.
-RecordedStep record_step(const JobConfig& cfg);
+// place = false: no placement (RecordedStep::placement stays empty) and no topology check,
+// for a recording replayed at other chip counts only (trainer/simulate/shard_resize.h).
+RecordedStep record_step(const JobConfig& cfg, bool place = true);
 
 struct SimulationResult {
   devices::StepReport report;

@@ -79,6 +79,14 @@ int64_t storage_id(const at::Tensor& t) {
 
 }  // namespace
 
+int64_t recorded_issue_count() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!active) return -1;
+  const auto& ev = active->trace().events();
+  return std::count_if(ev.begin(), ev.end(),
+                       [](const devices::TraceEvent& e) { return e.type == devices::TraceEvent::Type::kIssue; });
+}
+
 int64_t recorded_storage_id(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return 0;
   std::lock_guard<std::mutex> lock(storage_mu);

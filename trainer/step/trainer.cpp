@@ -12,6 +12,7 @@
 #endif
 
 #include "common/error.h"
+#include "parallel/fsdp_observer.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/config/memory_limits.h"
 #include "trainer/config/resolve_model.h"
@@ -278,6 +279,7 @@ Trainer::StepResult Trainer::train_step() {
   if (!parallel_.tp_partial_grads.empty()) {
     std::vector<torch::Tensor> grads;
     for (auto& p : parallel_.tp_partial_grads) grads.push_back(p.grad());
+    note_shard_collective(parallel_.fsdp.get(), "all_reduce", tp, parallel_.tp_partial_grads, grads);
     tp.all_reduce(grads, ReduceOp::kSum)->wait();
   }
   std::vector<torch::Tensor> replicated_blocks;  // KV heads replicated over tp
@@ -287,6 +289,9 @@ Trainer::StepResult Trainer::train_step() {
     replicas = parallel_.tp_shard_replicas[i];
     replicated_blocks.push_back(parallel_.tp_sharded[i].mutable_grad());
   }
+  // Its zero-padded slots are sized by the shard with no tensor read (simulation: not resized).
+  if (FsdpObserver* o = fsdp_observer(); o && parallel_.fsdp && replicas > 1 && tp.size() > 1)
+    o->unsupported("KV heads replicated over tp sum their gradient shards through zero-padded slots");
   sum_over_replicas(replicated_blocks, replicas, tp);
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only (and over
   // pp, where only the last stage has it).

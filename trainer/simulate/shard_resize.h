@@ -1,0 +1,55 @@
+// Shard resizing: one recording serves every dp_shard degree of a layout. Between two degrees
+// W of the same per-rank batch, tensor, pipeline and replicate degrees, the recorded step
+// differs only in FSDP's shard-sized tensors (ceil(N / W) elements of an N-element
+// parameter: shards, their gradients, optimizer state and temporaries; W times that for the
+// padded full buffers), in the bytes of FSDP's collectives over them, and in the parameters
+// stored; group sizes come from the placement at replay. A study records a layout once at a
+// probe degree W0 chosen so that every shard size can be told from every other size in the
+// step (no W0 divides a parameter, shards above scalar sizes), with FSDP noting its
+// shard-sized tensors and collectives (parallel/fsdp_observer.h); the sizes of the tensors
+// computed from them follow through the trace's data flow. resize_for_shard_degree() then
+// rewrites those sizes, the collectives' bucket bytes (re-planned as the communicator plans
+// them; a different bucket split refuses), the parameters stored and the global batch for any
+// W >= 2. Anything it cannot account for exactly (an unclassified size on a shard storage, a
+// matmul over a shard, a bucket plan that changes) makes it refuse, and the caller records the
+// degree itself. tests/study checks resized recordings against fresh ones. Used by
+// study/recording_cache.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/config/job_config.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan {
+
+struct ShardNotes;     // what FSDP noted during a recording (shard_resize.cpp)
+struct ShardRewrites;  // where the sizes to rewrite are (shard_resize.cpp)
+
+// A recording made at a probe degree, with what resizing needs.
+struct ProbeRecording {
+  RecordedStep step;
+  int64_t degree = 0;  // W0, the probe's dp_shard degree
+  std::shared_ptr<const ShardRewrites> rewrites;
+};
+
+// Whether cfg's recording can come from a probe: dp_shard >= 2, no context parallelism.
+bool shard_resizable(const JobConfig& cfg);
+
+// cfg at dp_shard degree w (num_chips follows; every other degree as resolved for cfg).
+JobConfig with_shard_degree(const JobConfig& cfg, int64_t w);
+
+// Records cfg's layout at a probe degree: the first small odd prime (first_degree first, if
+// it is one) at which every shard size is distinguishable; a degree that is not is refused
+// when FSDP's plan is built, before the step is recorded. Config errors propagate; throws
+// titan::Error when no probe degree works or the step has sizes resizing cannot follow.
+ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree = 3);
+
+// The probe's recording rewritten for dp_shard degree w (cfg: the target config, for the
+// collective bucket cap and mode). false, with why, when it cannot be done exactly.
+bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why);
+
+}  // namespace titan
