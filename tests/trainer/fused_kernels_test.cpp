@@ -234,6 +234,27 @@ TEST(FusedKernels, ThreadChoiceKeepsTheFasterVariant) {
 
 // Whatever a site chose, the numbers are the same: each GEMM output element and each kernel
 // row is computed by one thread in one order.
+// A decision made under a load that then goes away is revisited: here all threads are slow
+// during the trials and one thread is slow after them; the retry after
+// kThreadChoiceFirstRetry calls finds all threads faster and keeps them from then on.
+TEST(FusedKernels, ThreadChoiceRetriesTheOtherVariant) {
+  const int before = at::get_num_threads();
+  torch::set_num_threads(2);
+  const int trial_calls = 1 + 2 * kThreadChoiceTrials;
+  std::vector<int> seen;
+  for (int call = 0; call < trial_calls + kThreadChoiceFirstRetry + 1 + 3; ++call) {
+    with_chosen_threads("test.load_moves", 1, 2, 3, [&] {
+      seen.push_back(at::get_num_threads());
+      const bool slow = call < trial_calls ? seen.back() > 1 : seen.back() == 1;
+      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    });
+  }
+  for (int i = trial_calls; i < trial_calls + kThreadChoiceFirstRetry; ++i) EXPECT_EQ(seen[i], 1) << "kept, call " << i;
+  EXPECT_EQ(seen[trial_calls + kThreadChoiceFirstRetry], 2) << "the retry";
+  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 2) << "switched, call " << i;
+  torch::set_num_threads(before);
+}
+
 TEST(FusedKernels, ThreadChoiceDoesNotChangeResults) {
   const int before = at::get_num_threads();
   torch::set_num_threads(2);

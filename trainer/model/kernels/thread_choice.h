@@ -6,6 +6,12 @@
 // to milliseconds (a 2-thread debug-model step ran 3-6x slower than a 1-thread one on a
 // loaded 2-core host). Large GEMMs do scale. The shapes of a training step repeat every step,
 // so each (site, shape) is timed a few times each way early on and then keeps the faster.
+// The trials of a shape fall within a second or so (the layers share it), so a burst of
+// other load then can put a large GEMM on one thread for good; so the kept variant stays
+// timed, and the other one is tried again after 16 calls, then 32, 64, ... (backing off while
+// the choice holds): if that one call beats the kept variant's best since the last retry,
+// it takes over and the back-off starts again. The retries cost a few calls early on and
+// almost nothing later.
 //
 // Results do not depend on the choice: every kernel routed here computes each output
 // element on one thread in a fixed order (OpenBLAS splits M and N, never K), so a choice
@@ -22,11 +28,17 @@
 
 namespace titan {
 
+constexpr int kThreadChoiceTrials = 3;
+constexpr int64_t kThreadChoiceFirstRetry = 16;
+
 struct ThreadChoiceState {
   double best[2] = {1e300, 1e300};  // fastest time seen with one thread [0] and with all [1]
   int trials[2] = {0, 0};
   int seen = 0;
   int decided = -1;  // -1: still timing; else the variant kept
+  int64_t retry_interval = kThreadChoiceFirstRetry;
+  int64_t until_retry = kThreadChoiceFirstRetry;  // calls of the kept variant before a retry
+  double kept_best = 1e300;  // the kept variant's fastest time since the decision or last retry
 };
 
 // This thread's state for (site, a, b, c); site is a string literal (compared by address).
@@ -42,8 +54,6 @@ bool thread_choice_enabled();
 // host whether a site the timing put on one thread should have had all of them.
 void log_thread_choice(const char* site, int64_t a, int64_t b, int64_t c, const ThreadChoiceState& s);
 
-constexpr int kThreadChoiceTrials = 3;
-
 // Runs f() on one thread or on all of them, as chosen for (site, a, b, c).
 template <typename F>
 void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& f) {
@@ -54,8 +64,9 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   }
   ThreadChoiceState& s = thread_choice_state(site, a, b, c);
   // The first call of a shape warms caches and the allocator: run it, time nothing.
-  const bool timing = s.decided < 0 && s.seen++ > 0;
-  const int variant = s.decided >= 0 ? s.decided : (s.trials[0] <= s.trials[1] ? 0 : 1);
+  const bool timing = s.decided >= 0 || s.seen++ > 0;
+  const bool retry = s.decided >= 0 && --s.until_retry < 0;
+  const int variant = s.decided >= 0 ? (retry ? 1 - s.decided : s.decided) : (s.trials[0] <= s.trials[1] ? 0 : 1);
   struct Restore {
     int n;
     bool on;
@@ -69,6 +80,19 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   if (!timing) return;
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (t < s.best[variant]) s.best[variant] = t;
+  if (s.decided >= 0) {
+    if (!retry) {
+      if (t < s.kept_best) s.kept_best = t;
+      return;
+    }
+    const bool switched = t < s.kept_best;
+    if (switched) s.decided = variant;
+    s.retry_interval = switched ? kThreadChoiceFirstRetry : 2 * s.retry_interval;
+    s.until_retry = s.retry_interval;
+    s.kept_best = 1e300;
+    if (switched) log_thread_choice(site, a, b, c, s);
+    return;
+  }
   if (++s.trials[variant] >= kThreadChoiceTrials && s.trials[1 - variant] >= kThreadChoiceTrials) {
     s.decided = s.best[0] < s.best[1] ? 0 : 1;
     log_thread_choice(site, a, b, c, s);
