@@ -135,15 +135,19 @@ std::vector<KernelRate> fused_kernel_rates() {
     time_kernel(d::cross_entropy_op(tokens, vocab, 4, false), d::cross_entropy_op(tokens, vocab, 4, true),
                 [&](bool grad) { return titan::fused_cross_entropy_sum(logits.detach().requires_grad_(grad), labels, 1.0); });
   }
-  {
-    auto q = torch::randn({batch, seq, heads, head_dim}).transpose(1, 2);
-    auto k = torch::randn({batch, seq, kv_heads, head_dim}).transpose(1, 2), v = torch::randn_like(k);
-    d::AttentionShape s{batch, heads, kv_heads, seq, seq, head_dim, true, false};
+  // Attention at several head_dims (devices::with_head_dim), the same number of scores each.
+  for (const int64_t hd : {16, 32, 64, 128}) {
+    auto q = torch::randn({batch, seq, heads, hd}).transpose(1, 2);
+    auto k = torch::randn({batch, seq, kv_heads, hd}).transpose(1, 2), v = torch::randn_like(k);
+    d::AttentionShape s{batch, heads, kv_heads, seq, seq, hd, true, false};
     d::AttentionShape sb = s;
     sb.backward = true;
-    time_kernel(d::fused_attention_op(s, 4), d::fused_attention_op(sb, 4), [&](bool grad) {
+    d::OpDesc fwd = d::fused_attention_op(s, 4), bwd = d::fused_attention_op(sb, 4);
+    fwd.name = d::with_head_dim(fwd.name, hd);
+    bwd.name = d::with_head_dim(bwd.name, hd);
+    time_kernel(fwd, bwd, [&](bool grad) {
       return titan::fused_causal_attention(q.detach().requires_grad_(grad), k.detach().requires_grad_(grad),
-                                           v.detach().requires_grad_(grad), 1.0 / std::sqrt(double(head_dim)));
+                                           v.detach().requires_grad_(grad), 1.0 / std::sqrt(double(hd)));
     });
   }
   {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "devices/fused_ops.h"
 
 namespace titan::devices {
 namespace {
@@ -192,9 +193,9 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   // A fused kernel this device's calibration timed (ChipSpec::kernel_rates): its measured rate,
   // which already holds its math and its cache traffic; operands beyond the cache still wait
   // on DRAM.
-  if (auto r = chip_.kernel_rates.find(op.name); r != chip_.kernel_rates.end() && r->second > 0) {
-    if (op.kind == OpKind::kAttention) return {op.flops / r->second, 0};
-    if (op.kind == OpKind::kFused) return {0, std::max(bytes / r->second, memory_s(bytes))};
+  if (const double rate = chip_.kernel_rates.empty() ? 0 : measured_kernel_rate(chip_.kernel_rates, op); rate > 0) {
+    if (op.kind == OpKind::kAttention) return {op.flops / rate, 0};
+    if (op.kind == OpKind::kFused) return {0, std::max(bytes / rate, memory_s(bytes))};
   }
   switch (op.kind) {
     case OpKind::kMatmul: {

@@ -3,6 +3,9 @@
 // their memory traffic, which is why the bytes are counted per tensor the kernel touches.
 #include "devices/fused_ops.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace titan::devices {
 namespace {
 
@@ -31,9 +34,41 @@ const std::vector<std::string>& op_names() {
 }  // namespace
 
 bool is_fused_kernel_op(const std::string& name) {
+  std::string base = name;
+  const size_t at = name.find("@hd=");
+  if (at != std::string::npos) {
+    base = name.substr(0, at);
+    const std::string d = name.substr(at + 4);
+    if (base.rfind(kFusedAttentionOp, 0) != 0 || d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+  }
   for (const std::string& n : op_names())
-    if (n == name) return true;
+    if (n == base) return true;
   return false;
+}
+
+std::string with_head_dim(const std::string& name, int64_t head_dim) {
+  return name + "@hd=" + std::to_string(head_dim);
+}
+
+double measured_kernel_rate(const std::map<std::string, double>& rates, const OpDesc& op) {
+  if (auto it = rates.find(op.name); it != rates.end()) return it->second;
+  if (op.kind != OpKind::kAttention || op.attn.head_dim <= 0) return 0;
+  // (head_dim, rate) of the measurements of this op, in head_dim order.
+  std::vector<std::pair<double, double>> by_dim;
+  const std::string prefix = op.name + "@hd=";
+  for (auto it = rates.lower_bound(prefix); it != rates.end() && it->first.rfind(prefix, 0) == 0; ++it)
+    by_dim.emplace_back(std::stod(it->first.substr(prefix.size())), it->second);
+  if (by_dim.empty()) return 0;
+  std::sort(by_dim.begin(), by_dim.end());
+  const double d = static_cast<double>(op.attn.head_dim);
+  if (d <= by_dim.front().first) return by_dim.front().second;
+  if (d >= by_dim.back().first) return by_dim.back().second;
+  size_t i = 1;
+  while (by_dim[i].first < d) ++i;
+  const auto &lo = by_dim[i - 1], &hi = by_dim[i];
+  const double w = std::log(d / lo.first) / std::log(hi.first / lo.first);
+  return lo.second + w * (hi.second - lo.second);
 }
 
 std::string fused_kernel_op_names() {

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "trainer/components/flat_kernels.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/meta_kernel.h"
 
 #include <ATen/record_function.h>
 
@@ -22,14 +23,14 @@ bool flat_dtype(const torch::Tensor& t) {
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 
-// Runs body() for the parameters i with in(i); on the meta device (the simulator's recording),
-// those a real CPU run would keep in a flat buffer (float and double) run inside `scope`, with
-// their element count and size as its inputs, so that the recorder keeps them as the one flat
-// pass the real run makes (trainer/model/kernels/fused_kernels.h).
+// Runs body() for the parameters i with in(i); in a recording that keeps the fused kernels
+// (meta_kernel.h), those a real CPU run would keep in a flat buffer (float and double meta
+// parameters) run inside `scope`, with their element count and size as its inputs, so that the
+// recorder keeps them as the one flat pass the real run makes (fused_kernels.h).
 template <class In, class Body>
 void with_flat_scope_on_meta(const char* scope, const std::vector<NamedParam>& params, In in, Body body) {
   int64_t elements = 0, elem_bytes = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < params.size() && meta_records_fused_kernels(); ++i) {
     if (!in(i)) continue;
     const auto& g = params[i].param.grad();
     if (!fusable_on_meta(params[i].param) || !g.defined()) continue;
@@ -213,7 +214,7 @@ double squared_sum(const torch::Tensor& t) {
   }
   // On the meta device a tensor the one-pass kernel above would take: its scope (see
   // with_flat_scope_on_meta).
-  const bool scoped = fusable_on_meta(t) && t.is_contiguous();
+  const bool scoped = fusable_on_meta(t) && t.is_contiguous() && meta_records_fused_kernels();
   auto sum = [&] { return t.to(torch::kFloat64).pow(2).sum(); };
   if (scoped) {
     RECORD_FUNCTION(kFusedSumSquaresScope,

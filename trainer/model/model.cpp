@@ -8,6 +8,7 @@
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
 #include "trainer/model/kernels/linear_kernel.h"
+#include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/model/kernels/rms_norm_kernel.h"
 #include "trainer/model/kernels/rope_kernel.h"
 #include "trainer/model/kernels/swiglu_kernel.h"
@@ -25,14 +26,21 @@ uint64_t stable_hash(const std::string& s, uint64_t seed) {
   return h;
 }
 
-// The composite ops; inside the fused kernel's profiling scope when `scoped` (the meta
-// stand-in of a tensor the kernel takes, fused_kernels.h), so that the simulator's recording
-// holds the kernel a real CPU run takes instead of these ops.
-template <class F>
-torch::Tensor composite_in_scope(bool scoped, const char* scope, std::vector<c10::IValue> inputs, F composite) {
-  if (!scoped) return composite();
-  RECORD_FUNCTION(scope, inputs);
-  return composite();
+// The composite ops; or, when `scoped` (the meta stand-in of a tensor the kernel takes,
+// fused_kernels.h) in a recording that keeps the fused kernels, the kernel's stand-in
+// (meta_kernel.h) in its scope with `inputs`, returning output() (the kernel's output layout).
+template <class Out, class F>
+torch::Tensor composite_or_stand_in(bool scoped, const char* scope, const std::vector<torch::Tensor>& inputs,
+                                    Out output, F composite) {
+  if (!scoped || !meta_records_fused_kernels()) return composite();
+  return meta_kernel(scope, std::vector<c10::IValue>(inputs.begin(), inputs.end()), inputs, output);
+}
+
+// x [..., in] @ w^T as the fused linear returns it: contiguous [..., out].
+torch::Tensor linear_output_like(const torch::Tensor& x, const torch::Tensor& w) {
+  auto shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  return torch::empty(shape, x.options());
 }
 
 }  // namespace
@@ -44,8 +52,9 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
     if (fused && fusable(in) && weight.scalar_type() == in.scalar_type()) return fused_linear(in, weight);
-    return composite_in_scope(fused && fusable_on_meta(in) && weight.scalar_type() == in.scalar_type(),
-                              kFusedLinearScope, {in, weight}, [&] { return torch::matmul(in, weight.t()); });
+    return composite_or_stand_in(
+        fused && fusable_on_meta(in) && weight.scalar_type() == in.scalar_type(), kFusedLinearScope, {in, weight},
+        [&] { return linear_output_like(in, weight); }, [&] { return torch::matmul(in, weight.t()); });
   });
 }
 
@@ -64,8 +73,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& o
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
     if (fused && fusable(in) && in.scalar_type() == weight.scalar_type()) return fused_rms_norm(in, weight, eps);
-    return composite_in_scope(fused && fusable_on_meta(in) && in.scalar_type() == weight.scalar_type(),
-                              kFusedRmsNormScope, {in, weight}, [&] {
+    return composite_or_stand_in(fused && fusable_on_meta(in) && in.scalar_type() == weight.scalar_type(),
+                                 kFusedRmsNormScope, {in, weight}, [&] { return torch::empty(in.sizes(), in.options()); }, [&] {
                                 auto xf = in.to(torch::kFloat32);
                                 auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
                                 return weight * normed.to(in.scalar_type());
@@ -127,8 +136,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     k = fused_rope(k, cos, sin);
   } else {
     const bool scoped = kernels.rope && fusable_on_meta(q) && fusable_on_meta(k);
-    q = composite_in_scope(scoped, kFusedRopeScope, {q, cos, sin}, [&] { return apply_rope(q, cos, sin); });
-    k = composite_in_scope(scoped, kFusedRopeScope, {k, cos, sin}, [&] { return apply_rope(k, cos, sin); });
+    // The kernel keeps its input's layout ([B, S, H, D] memory).
+    q = composite_or_stand_in(scoped, kFusedRopeScope, {q, cos, sin}, [&] { return torch::empty_like(q); },
+                              [&] { return apply_rope(q, cos, sin); });
+    k = composite_or_stand_in(scoped, kFusedRopeScope, {k, cos, sin}, [&] { return torch::empty_like(k); },
+                              [&] { return apply_rope(k, cos, sin); });
   }
   const int64_t H = q.size(1), KV = k.size(1);
   torch::Tensor attn;
@@ -142,7 +154,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     } else {
       const bool scoped = kernels.attention && fusable_on_meta(q) && k.scalar_type() == q.scalar_type() &&
                           v.scalar_type() == q.scalar_type();
-      attn = composite_in_scope(scoped, kFusedAttentionScope, {q, k, v}, [&] {
+      // The kernel writes [B, H, S, D] as a view of [B, S, H, D] memory, like q.
+      attn = composite_or_stand_in(scoped, kFusedAttentionScope, {q, k, v}, [&] { return torch::empty_like(q); }, [&] {
         if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
           k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
           v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
@@ -168,8 +181,9 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::Tens
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto gate = w1(x), up = w3(x);
   if (fused && fusable(gate) && up.scalar_type() == gate.scalar_type()) return w2(fused_swiglu(gate, up));
-  return w2(composite_in_scope(fused && fusable_on_meta(gate) && up.scalar_type() == gate.scalar_type(),
-                               kFusedSwigluScope, {gate, up}, [&] { return torch::silu(gate) * up; }));
+  return w2(composite_or_stand_in(fused && fusable_on_meta(gate) && up.scalar_type() == gate.scalar_type(),
+                                  kFusedSwigluScope, {gate, up}, [&] { return torch::empty(gate.sizes(), gate.options()); },
+                                  [&] { return torch::silu(gate) * up; }));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
@@ -219,8 +233,9 @@ torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
   if (output) return output(h);
   const auto& w = tok_embeddings->weight;
   if (kernels.linear && fusable(h) && w.scalar_type() == h.scalar_type()) return fused_linear(h, w);
-  return composite_in_scope(kernels.linear && fusable_on_meta(h) && w.scalar_type() == h.scalar_type(),
-                            kFusedLinearScope, {h, w}, [&] { return torch::matmul(h, w.t()); });
+  return composite_or_stand_in(kernels.linear && fusable_on_meta(h) && w.scalar_type() == h.scalar_type(),
+                               kFusedLinearScope, {h, w}, [&] { return linear_output_like(h, w); },
+                               [&] { return torch::matmul(h, w.t()); });
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
@@ -278,7 +293,9 @@ void TransformerImpl::init_weights(uint64_t seed) {
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
                                 double normalizer, bool fused) {
   if (fused && fusable(logits)) return fused_cross_entropy_sum(logits, labels, normalizer);
-  return composite_in_scope(fused && fusable_on_meta(logits), kFusedCrossEntropyScope, {logits, labels}, [&] {
+  return composite_or_stand_in(
+      fused && fusable_on_meta(logits), kFusedCrossEntropyScope, {logits, labels},
+      [&] { return torch::empty({}, logits.options()); }, [&] {
     auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
     auto logp = torch::log_softmax(flat, -1);
     auto picked = logp.gather(1, labels.reshape({-1, 1}));

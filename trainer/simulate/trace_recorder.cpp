@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "devices/fused_ops.h"
 #include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/meta_kernel.h"
 
 namespace titan {
 
@@ -374,6 +375,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     active = this;
     fuse_attention_scope = options.fuse_attention;
     fuse_kernel_scopes = options.fused_kernels;
+    set_meta_records_fused_kernels(options.fused_kernels);
     intervals.clear();
   }
   forget_storages();
@@ -392,6 +394,7 @@ TraceRecorder::~TraceRecorder() {
   forget_storages();
   std::lock_guard<std::mutex> lock(mu);
   active = nullptr;
+  set_meta_records_fused_kernels(false);
   intervals.clear();
 }
 

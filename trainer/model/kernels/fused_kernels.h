@@ -3,7 +3,7 @@
 // sets it from [training] fused_kernels. Off, or on tensors the kernels do not take (the
 // meta device of the simulator, other devices, dtypes other than float and double), the
 // model runs the composite ATen ops instead; on the meta device, where a real CPU run would
-// take a kernel, inside that kernel's scope (below).
+// take a kernel and the recording keeps the kernels, that kernel's stand-in (meta_kernel.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -26,9 +26,9 @@ inline bool fusable(const torch::Tensor& t) {
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 
-// Profiling scopes (RecordFunction user scopes) around a fused kernel's place in the model when
-// it runs on the meta device: the simulator records the step there, where the kernels cannot
-// run, so the model runs the composite ops inside the scope and the recorder
+// Profiling scopes (RecordFunction scopes) around a fused kernel's place in the model when it
+// runs on the meta device in a recording that keeps the kernels (meta_kernel.h): the kernels
+// cannot run there, so the model runs a stand-in inside the scope and the recorder
 // (trainer/simulate/trace_recorder.h) keeps the scope as the one kernel a real CPU run takes.
 // Inputs: linear (x, weight), rms_norm (x, weight), swiglu (gate, up), rope (x, cos, sin),
 // cross_entropy (logits, labels), attention (q, k, v), as the kernels take them.

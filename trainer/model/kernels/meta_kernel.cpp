@@ -1,0 +1,44 @@
+#include "trainer/model/kernels/meta_kernel.h"
+
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <atomic>
+
+namespace titan {
+namespace {
+
+std::atomic<bool> records_fused{false};
+
+struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::TensorList inputs,
+                               const std::function<torch::Tensor()>& output) {
+    std::vector<torch::Tensor> like;
+    for (const auto& t : inputs) like.push_back(t);
+    ctx->save_for_backward(like);
+    return output();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    auto inputs = ctx->get_saved_variables();
+    torch::autograd::variable_list grads;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      grads.push_back(ctx->needs_input_grad(i) ? torch::empty_like(inputs[i]) : torch::Tensor());
+    grads.emplace_back();  // the output function
+    return grads;
+  }
+};
+
+}  // namespace
+
+bool meta_records_fused_kernels() { return records_fused.load(std::memory_order_relaxed); }
+void set_meta_records_fused_kernels(bool on) { records_fused.store(on, std::memory_order_relaxed); }
+
+torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inputs,
+                          const std::vector<torch::Tensor>& differentiable, const std::function<torch::Tensor()>& output) {
+  RECORD_FUNCTION(scope, inputs);
+  return MetaKernelFunction::apply(torch::TensorList(differentiable), output);
+}
+
+}  // namespace titan

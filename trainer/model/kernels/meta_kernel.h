@@ -1,0 +1,27 @@
+// The stand-in of a fused kernel in a simulator recording on the meta device: where a real
+// CPU run would take one of the fused kernels (fused_kernels.h), the recording must hold what
+// that run holds: one autograd node per kernel call, outputs and gradients in the kernel's
+// layouts, and none of the composite ops' autograd structure (their broadcast reductions and
+// gradient sums, which the autograd engine runs outside any node). Used by the model and the
+// optimizer only while a recorder keeps the fused kernels (trainer/simulate/trace_recorder.h
+// sets the switch below); otherwise the meta device runs the composite ops as before.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+
+namespace titan {
+
+// Whether the active recording keeps the fused kernels as one op each (process-wide; one
+// recorder at a time).
+bool meta_records_fused_kernels();
+void set_meta_records_fused_kernels(bool on);
+
+// Inside the kernel's scope (`scope`, with `inputs` as its RecordFunction inputs): one autograd
+// node whose forward returns output() (an empty meta tensor in the kernel's output layout) and
+// whose backward gives every input that needs one an empty gradient in that input's layout.
+torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inputs,
+                          const std::vector<torch::Tensor>& differentiable, const std::function<torch::Tensor()>& output);
+
+}  // namespace titan
