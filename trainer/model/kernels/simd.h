@@ -177,6 +177,8 @@ void force_no_avx512(bool on);
 
 // As TITAN_SIMD_KERNEL for a body templated on <T, W> (the vector width in bytes): a third
 // variant at 64 bytes for AVX-512 hosts, where a 16-float FMA does twice the work of AVX2's.
+// name##_narrow<T>(args...) dispatches among the 32-byte variants only, for shapes that the
+// wide one would run on its tail paths.
 #define TITAN_SIMD_KERNEL_WIDE(name, body)                                        \
   template <typename T, typename... A>                                            \
   TITAN_AVX512 void name##_avx512(A... a) {                                       \
@@ -191,12 +193,18 @@ void force_no_avx512(bool on);
     body<T, 32>(a...);                                                            \
   }                                                                               \
   template <typename T, typename... A>                                            \
-  void name(A... a) {                                                             \
-    if (::titan::simd::use_avx512()) {                                            \
-      name##_avx512<T>(a...);                                                     \
-    } else if (::titan::simd::use_avx2()) {                                       \
+  void name##_narrow(A... a) {                                                    \
+    if (::titan::simd::use_avx2()) {                                              \
       name##_avx2<T>(a...);                                                       \
     } else {                                                                      \
       name##_baseline<T>(a...);                                                   \
+    }                                                                             \
+  }                                                                               \
+  template <typename T, typename... A>                                            \
+  void name(A... a) {                                                             \
+    if (::titan::simd::use_avx512()) {                                            \
+      name##_avx512<T>(a...);                                                     \
+    } else {                                                                      \
+      name##_narrow<T>(a...);                                                     \
     }                                                                             \
   }
