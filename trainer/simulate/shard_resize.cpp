@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -194,6 +195,16 @@ struct ShardRewrites {
   std::vector<Rank> ranks;
 };
 
+struct ShardPlan {
+  ShardNotes notes;
+  int64_t degree = 0;
+  bool fused = true;
+  int64_t cap = 0;
+  std::once_flag once;
+  ShardRewrites rewrites;
+  std::string error;  // why the probe's sizes cannot be followed (then nothing is resized)
+};
+
 namespace {
 
 using devices::OpKind;
@@ -381,18 +392,16 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
     TITAN_CHECK(notes.conflict.empty(), "shard resizing: ", notes.conflict);
     TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(), " FSDP plans for ", ranks,
                 " ranks");
-    auto rw = std::make_shared<ShardRewrites>();
-    rw->degree = w;
-    rw->fused = cfg.comm.collective_mode == CollectiveMode::kFused;
-    rw->cap = cap_bytes(cfg);
-    rw->ranks.resize(ranks);
-    for (size_t q = 0; q < ranks; ++q) {
-      const auto traces = rank_traces(static_cast<const RecordedStep&>(out.step), q);
-      TITAN_CHECK(plan_rank({traces.begin(), traces.end()}, notes.ranks[q], w, rw->fused, rw->cap, &rw->ranks[q],
-                            &why),
-                  "shard resizing cannot follow this step: ", why);
-    }
-    out.rewrites = std::move(rw);
+    // Every Communicator call, for comparisons with real runs: the probe degree's are no
+    // other degree's, and copying them into every resized step costs.
+    out.step.calls.clear();
+    if (out.step.pipeline)
+      for (auto& c : out.step.pipeline->calls) c.clear();
+    out.plan = std::make_shared<ShardPlan>();
+    out.plan->notes = std::move(notes);
+    out.plan->degree = w;
+    out.plan->fused = cfg.comm.collective_mode == CollectiveMode::kFused;
+    out.plan->cap = cap_bytes(cfg);
     return out;
   }
   TITAN_FAIL("shard resizing: no probe degree tells every shard size apart (", why, ")");
@@ -458,7 +467,22 @@ bool rebucket(const ShardRewrites::Rank& r, const std::vector<std::vector<std::v
 }  // namespace
 
 bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why) {
-  const ShardRewrites& rw = *probe.rewrites;
+  ShardPlan& plan = *probe.plan;
+  std::call_once(plan.once, [&] {
+    ShardRewrites& rw = plan.rewrites;
+    rw.degree = plan.degree, rw.fused = plan.fused, rw.cap = plan.cap;
+    rw.ranks.resize(plan.notes.ranks.size());
+    for (size_t q = 0; q < rw.ranks.size(); ++q) {
+      const auto traces = rank_traces(probe.step, q);
+      if (!plan_rank({traces.begin(), traces.end()}, plan.notes.ranks[q], rw.degree, rw.fused, rw.cap, &rw.ranks[q],
+                     &plan.error)) {
+        plan.error = "shard resizing cannot follow this step: " + plan.error;
+        return;
+      }
+    }
+  });
+  if (!plan.error.empty()) return fail(why, plan.error);
+  const ShardRewrites& rw = plan.rewrites;
   const ParallelDims d = parallel_dims(cfg, cfg.simulation.num_chips);
   const ParallelDims& pd = probe.step.dims;
   if (pd.dp_replicate != d.dp_replicate || pd.tp != d.tp || pd.pp != d.pp || pd.cp != d.cp)
@@ -512,17 +536,12 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     if (out->pipeline) out->pipeline->local_params[q] += params;
     else out->local_params += params;
   }
-  if (out->pipeline) {
+  if (out->pipeline)
     out->local_params = *std::max_element(out->pipeline->local_params.begin(), out->pipeline->local_params.end());
-    for (auto& c : out->pipeline->calls) c.clear();
-  }
   // The data-parallel degree scales the global batch (the per-rank batch is the probe's).
   if (out->global_batch % w0 != 0) return fail(why, "the probe's global batch does not split by its degree");
   out->global_batch = out->global_batch / w0 * w;
   out->dims = d;
-  // Every Communicator call, for comparisons with real runs: the probe's are not this
-  // degree's, and no resized step is compared with a real run.
-  out->calls.clear();
   return true;
 }
 

@@ -26,14 +26,14 @@
 
 namespace titan {
 
-struct ShardNotes;     // what FSDP noted during a recording (shard_resize.cpp)
-struct ShardRewrites;  // where the sizes to rewrite are (shard_resize.cpp)
+struct ShardPlan;  // what FSDP noted, and where the sizes to rewrite are (shard_resize.cpp)
 
-// A recording made at a probe degree, with what resizing needs.
+// A recording made at a probe degree, with what resizing needs. Where its sizes are is worked
+// out by the first resize (on that thread, once), so the recorder thread only records.
 struct ProbeRecording {
   RecordedStep step;
   int64_t degree = 0;  // W0, the probe's dp_shard degree
-  std::shared_ptr<const ShardRewrites> rewrites;
+  std::shared_ptr<ShardPlan> plan;
 };
 
 // Whether cfg's recording can come from a probe: dp_shard >= 2, no context parallelism.
@@ -45,11 +45,12 @@ JobConfig with_shard_degree(const JobConfig& cfg, int64_t w);
 // Records cfg's layout at a probe degree: the first small odd prime (first_degree first, if
 // it is one) at which every shard size is distinguishable; a degree that is not is refused
 // when FSDP's plan is built, before the step is recorded. Config errors propagate; throws
-// titan::Error when no probe degree works or the step has sizes resizing cannot follow.
+// titan::Error when no probe degree works.
 ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree = 3);
 
-// The probe's recording rewritten for dp_shard degree w (cfg: the target config, for the
-// collective bucket cap and mode). false, with why, when it cannot be done exactly.
+// The probe's recording rewritten for cfg's dp_shard degree (cfg: the target config, for the
+// collective bucket cap and mode). false, with why, when it cannot be done exactly. The
+// result has no Communicator calls (RecordedStep::calls) and the probe's placement.
 bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why);
 
 }  // namespace titan

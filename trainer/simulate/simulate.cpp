@@ -240,9 +240,11 @@ std::string layout_string(const ParallelDims& d) {
 }
 
 
-SimulationResult simulate(const JobConfig& cfg, bool other_mode) {
+SimulationResult simulate(const JobConfig& cfg, bool other_mode, RecordedStep* recorded) {
   const auto t0 = std::chrono::steady_clock::now();
-  SimulationResult r = replay(cfg, record_step(cfg));
+  RecordedStep rec = record_step(cfg);
+  SimulationResult r = replay(cfg, rec);
+  if (recorded) *recorded = std::move(rec);
   if (!cfg.simulation.allow_oom)  // no step time for a layout that cannot run
     devices::require_fits(r.memory, std::to_string(r.num_chips) + " x " + r.report.device + ", " +
                                         layout_string(r.dims));
@@ -367,7 +369,8 @@ std::string to_json(const SimulationResult& r) {
 }
 
 void run_simulation(const JobConfig& cfg) {
-  SimulationResult r = simulate(cfg, /*other_mode=*/true);
+  RecordedStep rec;  // kept for the Chrome trace below (one recording, not two)
+  SimulationResult r = simulate(cfg, /*other_mode=*/true, cfg.profiling.enable_profiling ? &rec : nullptr);
   std::cout << format_report(r) << std::flush;
   std::filesystem::create_directories(cfg.job.dump_folder);
   const std::string path = cfg.job.dump_folder + "/simulation.json";
@@ -376,7 +379,6 @@ void run_simulation(const JobConfig& cfg) {
   f << to_json(r) << "\n";
   std::cout << "  wrote           " << path << std::endl;
   if (cfg.profiling.enable_profiling) {
-    const RecordedStep rec = record_step(cfg);
     const std::string title = "simulated step: " + layout_string(rec.dims) + " on " + rec.placement.describe();
     const std::string trace = write_trace_file(traces_folder(cfg) + "/simulated_step.json",
                                                step_trace_json(cfg, rec, rec.chip, rec.placement, title));

@@ -113,7 +113,8 @@ SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, cons
                              const devices::Placement& placement, bool keep_events = false);
 
 // Records and replays the step; with `other_mode`, also under the other collective mode.
-SimulationResult simulate(const JobConfig& cfg, bool other_mode = true);
+// recorded: where to keep cfg's recording (for a trace of it), if wanted.
+SimulationResult simulate(const JobConfig& cfg, bool other_mode = true, RecordedStep* recorded = nullptr);
 
 // "pp 2 x dp_shard 64 x tp 4" (degrees above 1), "single chip" when none.
 std::string layout_string(const ParallelDims& d);
