@@ -90,7 +90,10 @@ std::vector<KernelRate> fused_kernel_rates() {
     auto y = fn(true);
     auto g = torch::ones_like(y);
     y.backward(g);  // warm up (and let the per-shape thread choice settle)
-    const int calls = 20;
+    // Calls per timed run: about 30 ms of forward and backward, 2 to 20 calls.
+    const double t0 = now();
+    fn(true).backward(g);
+    const int calls = static_cast<int>(std::clamp(0.03 / std::max(now() - t0, 1e-9), 2.0, 20.0));
     const double t_fwd = median_time(7, [&] {
       torch::AutoGradMode on(true);
       for (int i = 0; i < calls; ++i) fn(true);
@@ -135,16 +138,18 @@ std::vector<KernelRate> fused_kernel_rates() {
     time_kernel(d::cross_entropy_op(tokens, vocab, 4, false), d::cross_entropy_op(tokens, vocab, 4, true),
                 [&](bool grad) { return titan::fused_cross_entropy_sum(logits.detach().requires_grad_(grad), labels, 1.0); });
   }
-  // Attention at several head_dims (devices::with_head_dim), the same number of scores each.
-  for (const int64_t hd : {16, 32, 64, 128}) {
-    auto q = torch::randn({batch, seq, heads, hd}).transpose(1, 2);
-    auto k = torch::randn({batch, seq, kv_heads, hd}).transpose(1, 2), v = torch::randn_like(k);
-    d::AttentionShape s{batch, heads, kv_heads, seq, seq, hd, true, false};
+  // Attention on a grid of head_dims and sequences (devices::with_attention_shape), 2048 tokens
+  // each.
+  for (const int64_t hd : {16, 32, 64, 128}) for (const int64_t sq : {128, 512}) {
+    const int64_t b = tokens / sq;
+    auto q = torch::randn({b, sq, heads, hd}).transpose(1, 2);
+    auto k = torch::randn({b, sq, kv_heads, hd}).transpose(1, 2), v = torch::randn_like(k);
+    d::AttentionShape s{b, heads, kv_heads, sq, sq, hd, true, false};
     d::AttentionShape sb = s;
     sb.backward = true;
     d::OpDesc fwd = d::fused_attention_op(s, 4), bwd = d::fused_attention_op(sb, 4);
-    fwd.name = d::with_head_dim(fwd.name, hd);
-    bwd.name = d::with_head_dim(bwd.name, hd);
+    fwd.name = d::with_attention_shape(fwd.name, hd, sq);
+    bwd.name = d::with_attention_shape(bwd.name, hd, sq);
     time_kernel(fwd, bwd, [&](bool grad) {
       return titan::fused_causal_attention(q.detach().requires_grad_(grad), k.detach().requires_grad_(grad),
                                            v.detach().requires_grad_(grad), 1.0 / std::sqrt(double(hd)));

@@ -33,48 +33,78 @@ const std::vector<std::string>& op_names() {
 
 }  // namespace
 
+// "@hd=<int>,s=<int>" after an attention op name: the shape it was measured at.
+bool parse_shape_suffix(const std::string& suffix, int64_t* hd, int64_t* seq) {
+  size_t used = 0;
+  if (suffix.rfind("@hd=", 0) != 0) return false;
+  try {
+    *hd = std::stoll(suffix.substr(4), &used);
+    const std::string rest = suffix.substr(4 + used);
+    if (rest.rfind(",s=", 0) != 0) return false;
+    *seq = std::stoll(rest.substr(3), &used);
+    return used == rest.size() - 3 && *hd > 0 && *seq > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool is_fused_kernel_op(const std::string& name) {
   std::string base = name;
-  const size_t at = name.find("@hd=");
+  const size_t at = name.find('@');
   if (at != std::string::npos) {
     base = name.substr(0, at);
-    const std::string d = name.substr(at + 4);
-    if (base.rfind(kFusedAttentionOp, 0) != 0 || d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
-      return false;
+    int64_t hd = 0, seq = 0;
+    if (base.rfind(kFusedAttentionOp, 0) != 0 || !parse_shape_suffix(name.substr(at), &hd, &seq)) return false;
   }
   for (const std::string& n : op_names())
     if (n == base) return true;
   return false;
 }
 
-std::string with_head_dim(const std::string& name, int64_t head_dim) {
-  return name + "@hd=" + std::to_string(head_dim);
+std::string fused_kernel_op_names() {
+  std::string s;
+  for (const std::string& n : op_names()) s += (s.empty() ? "" : " ") + n;
+  return s + " (attention also as <name>@hd=<head_dim>,s=<sequence>)";
+}
+
+std::string with_attention_shape(const std::string& name, int64_t head_dim, int64_t seq) {
+  return name + "@hd=" + std::to_string(head_dim) + ",s=" + std::to_string(seq);
 }
 
 double measured_kernel_rate(const std::map<std::string, double>& rates, const OpDesc& op) {
   if (auto it = rates.find(op.name); it != rates.end()) return it->second;
-  if (op.kind != OpKind::kAttention || op.attn.head_dim <= 0) return 0;
-  // (head_dim, rate) of the measurements of this op, in head_dim order.
-  std::vector<std::pair<double, double>> by_dim;
-  const std::string prefix = op.name + "@hd=";
-  for (auto it = rates.lower_bound(prefix); it != rates.end() && it->first.rfind(prefix, 0) == 0; ++it)
-    by_dim.emplace_back(std::stod(it->first.substr(prefix.size())), it->second);
-  if (by_dim.empty()) return 0;
-  std::sort(by_dim.begin(), by_dim.end());
-  const double d = static_cast<double>(op.attn.head_dim);
-  if (d <= by_dim.front().first) return by_dim.front().second;
-  if (d >= by_dim.back().first) return by_dim.back().second;
-  size_t i = 1;
-  while (by_dim[i].first < d) ++i;
-  const auto &lo = by_dim[i - 1], &hi = by_dim[i];
-  const double w = std::log(d / lo.first) / std::log(hi.first / lo.first);
-  return lo.second + w * (hi.second - lo.second);
-}
-
-std::string fused_kernel_op_names() {
-  std::string s;
-  for (const std::string& n : op_names()) s += (s.empty() ? "" : " ") + n;
-  return s;
+  if (op.kind != OpKind::kAttention || op.attn.head_dim <= 0 || op.attn.q_len <= 0) return 0;
+  // The grid: rate[(log head_dim, log seq)] for this op's measurements.
+  std::map<std::pair<double, double>, double> grid;
+  std::vector<double> dims, seqs;
+  const std::string prefix = op.name + "@";
+  for (auto it = rates.lower_bound(prefix); it != rates.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    int64_t hd = 0, seq = 0;
+    if (!parse_shape_suffix(it->first.substr(op.name.size()), &hd, &seq)) continue;
+    const double x = std::log(static_cast<double>(hd)), y = std::log(static_cast<double>(seq));
+    grid[{x, y}] = it->second;
+    dims.push_back(x);
+    seqs.push_back(y);
+  }
+  if (grid.empty()) return 0;
+  // The two grid lines around v (equal at or beyond the edges) and v's weight between them.
+  auto bracket = [](std::vector<double> v, double at, double* lo, double* hi) {
+    std::sort(v.begin(), v.end());
+    at = std::clamp(at, v.front(), v.back());
+    *hi = *std::lower_bound(v.begin(), v.end(), at);
+    *lo = *hi == at ? *hi : *(std::lower_bound(v.begin(), v.end(), at) - 1);
+    return *hi > *lo ? (at - *lo) / (*hi - *lo) : 0.0;
+  };
+  double x0, x1, y0, y1;
+  const double wx = bracket(dims, std::log(static_cast<double>(op.attn.head_dim)), &x0, &x1);
+  const double wy = bracket(seqs, std::log(static_cast<double>(op.attn.q_len)), &y0, &y1);
+  auto at = [&](double x, double y) {
+    auto it = grid.find({x, y});
+    return it == grid.end() ? 0.0 : it->second;
+  };
+  const double r00 = at(x0, y0), r10 = at(x1, y0), r01 = at(x0, y1), r11 = at(x1, y1);
+  if (r00 <= 0 || r10 <= 0 || r01 <= 0 || r11 <= 0) return 0;  // not a full grid
+  return (1 - wx) * (1 - wy) * r00 + wx * (1 - wy) * r10 + (1 - wx) * wy * r01 + wx * wy * r11;
 }
 
 OpDesc rms_norm_op(int64_t rows, int64_t n, int64_t b, bool backward) {

@@ -27,18 +27,19 @@ constexpr const char* kFusedAdamwOp = "titan::adamw";             // no backward
 constexpr const char* kFusedSumSquaresOp = "titan::sum_squares";  // no backward
 
 // Whether `name` is one of the op names above (with its backward suffixes; attention's also
-// as measured at one head_dim, with_head_dim), and the list, for errors.
+// as measured at one shape, with_attention_shape), and the list, for errors.
 bool is_fused_kernel_op(const std::string& name);
 std::string fused_kernel_op_names();
 
-// The attention kernel's speed per FLOP depends mostly on head_dim (the softmax work per score
-// is the same whatever the head_dim, its FLOPs grow with it), so the calibration measures it at
-// several head_dims: "titan::fused_attention@hd=64".
-std::string with_head_dim(const std::string& name, int64_t head_dim);
+// The attention kernel's speed per FLOP depends on its shape: on head_dim (the softmax work
+// per score is the same whatever the head_dim, its FLOPs grow with it) and on the sequence
+// (per-row work, and the diagonal blocks' share of a causal mask), so the calibration measures
+// it on a grid of both: "titan::fused_attention@hd=64,s=256".
+std::string with_attention_shape(const std::string& name, int64_t head_dim, int64_t seq);
 
 // The measured rate (ChipSpec::kernel_rates) that prices `op`, 0 when none does: its name's
-// rate; for attention without one, the rates measured at other head_dims, interpolated in
-// log(head_dim) between the two nearest (the nearest one outside their range).
+// rate; for attention without one, the rates measured on the (head_dim, sequence) grid,
+// interpolated bilinearly in log(head_dim) and log(sequence) (clamped to the grid's edges).
 double measured_kernel_rate(const std::map<std::string, double>& rates, const OpDesc& op);
 
 // The memory-bound kernels (OpKind::kFused). Element counts are of the kernel's main operand;

@@ -62,19 +62,27 @@ TEST(FusedOps, CpuUsesTheMeasuredKernelRateAndDramBeyondTheCache) {
   EXPECT_NEAR(cpu.roofline_s(a), a.flops / 3e10, 1e-15);
 }
 
-TEST(FusedOps, AttentionRateByHeadDimIsInterpolatedInLogHeadDim) {
-  const std::map<std::string, double> rates = {{"titan::fused_attention@hd=16", 4e10},
-                                               {"titan::fused_attention@hd=64", 1.6e11}};
-  auto at = [&](int64_t hd) { return measured_kernel_rate(rates, fused_attention_op({1, 8, 4, 256, 256, hd, true, false}, 4)); };
-  EXPECT_DOUBLE_EQ(at(16), 4e10);
-  EXPECT_DOUBLE_EQ(at(32), 1e11);   // halfway in log(head_dim)
-  EXPECT_DOUBLE_EQ(at(8), 4e10);    // below the measured range: the nearest
-  EXPECT_DOUBLE_EQ(at(128), 1.6e11);
+TEST(FusedOps, AttentionRateIsInterpolatedOnTheMeasuredShapeGrid) {
+  // Measured at head_dim 16 and 64, sequences 128 and 512.
+  const std::map<std::string, double> rates = {{"titan::fused_attention@hd=16,s=128", 2e10},
+                                               {"titan::fused_attention@hd=64,s=128", 1e11},
+                                               {"titan::fused_attention@hd=16,s=512", 6e10},
+                                               {"titan::fused_attention@hd=64,s=512", 1.4e11}};
+  auto at = [&](int64_t hd, int64_t s) {
+    return measured_kernel_rate(rates, fused_attention_op({1, 8, 4, s, s, hd, true, false}, 4));
+  };
+  EXPECT_DOUBLE_EQ(at(16, 128), 2e10);
+  EXPECT_DOUBLE_EQ(at(32, 128), 6e10);   // halfway in log(head_dim)
+  EXPECT_DOUBLE_EQ(at(16, 256), 4e10);   // halfway in log(sequence)
+  EXPECT_DOUBLE_EQ(at(32, 256), 8e10);   // the centre of the four
+  EXPECT_DOUBLE_EQ(at(8, 64), 2e10);     // outside the grid: its edge
+  EXPECT_DOUBLE_EQ(at(128, 4096), 1.4e11);
   // No measurement of the backward: no rate (the roofline prices it).
   EXPECT_EQ(measured_kernel_rate(rates, fused_attention_op({1, 8, 4, 256, 256, 32, true, true}, 4)), 0.0);
-  EXPECT_TRUE(is_fused_kernel_op("titan::fused_attention_backward@hd=64"));
-  EXPECT_FALSE(is_fused_kernel_op("titan::rms_norm@hd=64"));
-  EXPECT_FALSE(is_fused_kernel_op("titan::fused_attention@hd=x"));
+  EXPECT_TRUE(is_fused_kernel_op("titan::fused_attention_backward@hd=64,s=512"));
+  EXPECT_FALSE(is_fused_kernel_op("titan::rms_norm@hd=64,s=512"));
+  EXPECT_FALSE(is_fused_kernel_op("titan::fused_attention@hd=64"));
+  EXPECT_FALSE(is_fused_kernel_op("titan::fused_attention@hd=x,s=1"));
 }
 
 TEST(FusedOps, MeasuredMatmulRateIsAChipFlag) {
