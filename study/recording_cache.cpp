@@ -42,6 +42,24 @@ std::string RecordingCache::first_not_resized() const {
 
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
+std::shared_ptr<RecordedStep> RecordingCache::Spares::take() {
+  std::unique_ptr<RecordedStep> step;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!free.empty()) {
+      step = std::move(free.back());
+      free.pop_back();
+    }
+  }
+  if (!step) step = std::make_unique<RecordedStep>();
+  // Back to the spares when the last holder lets go (the spares outlive the cache if need be).
+  return std::shared_ptr<RecordedStep>(step.release(), [self = shared_from_this()](RecordedStep* s) {
+    std::unique_ptr<RecordedStep> owned(s);
+    std::lock_guard<std::mutex> lock(self->mu);
+    if (self->free.size() < kKept) self->free.push_back(std::move(owned));
+  });
+}
+
 RecordingCache::RecordingCache() : recorder_([this] { recorder_loop(); }) {}
 
 RecordingCache::~RecordingCache() {
@@ -143,10 +161,10 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
              // recorded itself, and reports its own errors.
              why = e.what();
            }
-           RecordedStep r;
-           if (p && resize_for_shard_degree(*p, cfg, &r, &why)) {
+           std::shared_ptr<RecordedStep> r = spare_->take();
+           if (p && resize_for_shard_degree(*p, cfg, r.get(), &why)) {
              ++resized;
-             return std::make_shared<const RecordedStep>(std::move(r));
+             return r;
            }
            ++not_resized;
            {

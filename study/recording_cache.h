@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "trainer/config/job_config.h"
 #include "trainer/simulate/shard_resize.h"
@@ -76,6 +77,16 @@ class RecordingCache {
   std::shared_future<std::shared_ptr<const T>> cached(
       std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
       const JobConfig& cfg, Make make);
+
+  // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
+  // of a recording is thousands of small allocations, and as many frees).
+  struct Spares : std::enable_shared_from_this<Spares> {
+    static constexpr size_t kKept = 16;  // a few per thread: a point holds its three samples
+    std::mutex mu;
+    std::vector<std::unique_ptr<RecordedStep>> free;
+    std::shared_ptr<RecordedStep> take();
+  };
+  std::shared_ptr<Spares> spare_ = std::make_shared<Spares>();
 
   std::mutex map_mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;

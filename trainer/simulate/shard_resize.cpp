@@ -417,8 +417,13 @@ namespace {
 bool rebucket(const ShardRewrites::Rank& r, const std::vector<std::vector<std::vector<size_t>>>& buckets, int64_t w,
               const std::vector<std::vector<TraceEvent>*>& events, std::string* why) {
   std::map<std::pair<uint32_t, uint32_t>, const ShardRewrites::Collective*> issue_of;
-  for (const auto& c : r.collectives) issue_of[{c.trace, c.event}] = &c;
+  std::vector<bool> touched(events.size(), false);  // traces holding a call that splits anew
+  for (const auto& c : r.collectives) {
+    issue_of[{c.trace, c.event}] = &c;
+    if (buckets[c.call] != r.buckets[c.call]) touched[c.trace] = true;
+  }
   for (uint32_t ti = 0; ti < events.size(); ++ti) {
+    if (!touched[ti]) continue;
     std::vector<TraceEvent> rebuilt;
     std::unordered_map<int64_t, std::vector<int64_t>> handles;  // old work -> new works
     int64_t next = 0;
@@ -496,8 +501,16 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
   for (size_t q = 0; q < rw.ranks.size(); ++q)
     for (const Call& c : rw.ranks[q].calls) buckets[q].push_back(call_buckets(c, w, rw.fused, rw.cap));
 
+  // Assigned, not constructed: a step resized before (study/recording_cache.cpp reuses them)
+  // keeps its buffers, so a resize allocates little. Its pipeline is reused only if nothing
+  // else holds it (replays keep the structure they replayed).
+  std::shared_ptr<RecordedPipeline> pipeline = std::move(out->pipeline);
   *out = probe.step;
-  if (probe.step.pipeline) out->pipeline = std::make_shared<RecordedPipeline>(*probe.step.pipeline);
+  if (probe.step.pipeline) {
+    if (!pipeline || pipeline.use_count() != 1) pipeline = std::make_shared<RecordedPipeline>();
+    *pipeline = *probe.step.pipeline;
+    out->pipeline = std::move(pipeline);
+  }
   auto resized = [&](int64_t numel, bool padded, int64_t elem) {
     return shard_len(numel, w) * (padded ? w : 1) * elem;
   };
