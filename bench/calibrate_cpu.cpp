@@ -1,6 +1,6 @@
 // calibrate_cpu: measures this host's constants for the simulator's `cpu` device (sgemm rate
 // and memory bandwidth per process under the run's process count, MPI latency and bandwidth
-// between two ranks, eager per-op overhead) and writes the file that
+// between two ranks, eager per-op overhead, the trainer's fused kernels) and writes the file that
 // devices::load_cpu_calibration reads. Run by launch/calibrate-cpu under mpirun -np 2.
 #include <mpi.h>
 #include <torch/torch.h>
