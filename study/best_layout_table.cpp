@@ -16,26 +16,55 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
                                   const SearchSpace& space) {
   BestLayoutTable t;
   t.combos = sweep.combinations();
-  for (size_t c = 0; c < t.combos.size(); ++c) {
-    const Overrides& combo = t.combos[c];
-    JobConfig b = base;
-    Point best;
-    best.overrides = combo;
-    int64_t n = 0;
+  const size_t n = t.combos.size();
+  std::vector<JobConfig> bases(n, base);
+  std::vector<std::string> errors(n);
+  std::vector<bool> valid(n, false);  // the combination's config applied and validated
+  std::vector<std::vector<Candidate>> cands(n);
+  std::vector<std::map<std::string, std::string>> rejected(n);
+  for (size_t c = 0; c < n; ++c) {
     try {
-      for (const auto& [k, v] : combo) apply_override(b, k, v);
-      validate(b);
-      best.cfg = b;
-      std::string label = "search";
-      for (const auto& [k, v] : combo) label += " " + v;
-      const SearchResult r = search_layouts(b, space, cache, threads, label);
-      n = static_cast<int64_t>(r.points.size());
-      t.stats.jobs += r.stats.jobs;
-      t.stats.wall_s += r.stats.wall_s;
-      t.stats.threads = r.stats.threads;
+      for (const auto& [k, v] : t.combos[c]) apply_override(bases[c], k, v);
+      validate(bases[c]);
+      valid[c] = true;
+      cands[c] = enumerate_layouts(bases[c].simulation.num_chips, space, rejected[c]);
+    } catch (const std::exception& e) {
+      errors[c] = e.what();
+    }
+  }
+  // Every search's points in one pool, the i-th candidate of every combination after the
+  // other: combinations that differ in chip count share their recordings (one per layout,
+  // resized per dp_shard degree), so each recording's points are evaluated as soon as it is
+  // made, while the recorder thread, given every point's recordings in that order up front,
+  // makes the next. Results are stored by index: the order never shows in them.
+  std::vector<std::pair<size_t, size_t>> order;
+  for (size_t i = 0;; ++i) {
+    const size_t before = order.size();
+    for (size_t c = 0; c < n; ++c)
+      if (i < cands[c].size()) order.emplace_back(c, i);
+    if (order.size() == before) break;
+  }
+  for (const auto& [c, i] : order) prefetch(bases[c], cands[c][i].overrides, cache);
+  std::vector<std::vector<Point>> points(n);
+  for (size_t c = 0; c < n; ++c) points[c].resize(cands[c].size());
+  t.stats = run_parallel(
+      static_cast<int64_t>(order.size()),
+      [&](int64_t k) {
+        const auto [c, i] = order[static_cast<size_t>(k)];
+        points[c][i] = evaluate(bases[c], cands[c][i].overrides, cache);
+      },
+      threads, "searches");
+  for (size_t c = 0; c < n; ++c) {
+    Point best;
+    best.overrides = t.combos[c];
+    if (valid[c]) best.cfg = bases[c];
+    if (!errors[c].empty()) {
+      best.reason = errors[c];
+    } else {
+      const SearchResult r = rank_search(cands[c], std::move(points[c]), std::move(rejected[c]), t.stats);
       if (!r.ranked.empty()) {
         best = r.points[r.ranked.front()];
-        Overrides all = combo;
+        Overrides all = t.combos[c];
         all.insert(all.end(), best.overrides.begin(), best.overrides.end());
         best.overrides = all;
       } else {
@@ -43,11 +72,9 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
         for (const auto& [fam, w] : r.rejected) why += (why.empty() ? "" : " | ") + fam + ": " + w;
         best.reason = "no layout fits: " + why;
       }
-    } catch (const std::exception& e) {
-      best.reason = e.what();
     }
     t.best.push_back(std::move(best));
-    t.searched.push_back(n);
+    t.searched.push_back(static_cast<int64_t>(cands[c].size()));
   }
   return t;
 }

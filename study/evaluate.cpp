@@ -128,6 +128,22 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache) {
   return p;
 }
 
+void prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+  try {
+    JobConfig cfg = base;
+    for (const auto& [k, v] : overrides) apply_override(cfg, k, v);
+    validate(cfg);
+    const LayerSamples s = cache.layer_extrapolation ? layer_samples(cfg) : LayerSamples{};
+    if (!s.ok) {
+      (void)cache.request(cfg, /*counted=*/false);
+      return;
+    }
+    for (int64_t n : s.layers) (void)cache.request(with_layers(cfg, n), /*counted=*/false);
+  } catch (const std::exception&) {
+    // evaluate() reports it
+  }
+}
+
 Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
   JobConfig cfg = base;
   try {

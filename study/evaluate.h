@@ -41,6 +41,9 @@ struct Point {
 // for a bad combination: config errors become kInvalid with the message.
 Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
 Point evaluate_config(const JobConfig& cfg, RecordingCache& cache);
+// Queues the recordings evaluate(base, overrides) will ask for first (its layer samples, or
+// the config itself), so that the recorder thread works ahead; bad combinations are skipped.
+void prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
 
 // The value of a config key in this point as text ("simulation.num_chips" -> "8192"); the
 // registry's own spelling, so every key a sweep can set can be read back.

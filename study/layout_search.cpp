@@ -97,13 +97,21 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
 
 SearchResult search_layouts(const JobConfig& base, const SearchSpace& space, RecordingCache& cache, int threads,
                             const std::string& label) {
-  SearchResult r;
-  const int64_t chips = base.simulation.num_chips;
-  const std::vector<Candidate> cands = enumerate_layouts(chips, space, r.rejected);
-  r.points.resize(cands.size());
-  r.stats = run_parallel(
-      static_cast<int64_t>(cands.size()), [&](int64_t i) { r.points[i] = evaluate(base, cands[i].overrides, cache); },
+  std::map<std::string, std::string> rejected;
+  const std::vector<Candidate> cands = enumerate_layouts(base.simulation.num_chips, space, rejected);
+  std::vector<Point> points(cands.size());
+  const RunStats st = run_parallel(
+      static_cast<int64_t>(cands.size()), [&](int64_t i) { points[i] = evaluate(base, cands[i].overrides, cache); },
       threads, label);
+  return rank_search(cands, std::move(points), std::move(rejected), st);
+}
+
+SearchResult rank_search(const std::vector<Candidate>& cands, std::vector<Point> points,
+                         std::map<std::string, std::string> rejected, const RunStats& stats) {
+  SearchResult r;
+  r.points = std::move(points);
+  r.rejected = std::move(rejected);
+  r.stats = stats;
   for (size_t i = 0; i < cands.size(); ++i)
     if (r.families.empty() || r.families.back() != cands[i].family) r.families.push_back(cands[i].family);
   for (size_t i = 0; i < r.points.size(); ++i)

@@ -57,6 +57,10 @@ struct SearchResult {
 // the ranking is deterministic.
 SearchResult search_layouts(const JobConfig& base, const SearchSpace& space, RecordingCache& cache, int threads,
                             const std::string& progress_label);
+// The ranking and the rejected families' reasons, from evaluated candidates (points[i] is
+// cands[i]'s); `rejected` comes with the families enumeration skipped.
+SearchResult rank_search(const std::vector<Candidate>& cands, std::vector<Point> points,
+                         std::map<std::string, std::string> rejected, const RunStats& stats);
 
 // The top `n` as a text table (layout, micro-batching, schedule, AC, mode, tokens/s/chip,
 // MFU, memory), then the rejected families.

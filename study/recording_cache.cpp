@@ -141,8 +141,8 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) 
   });
 }
 
-std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg) {
-  ++lookups_;
+std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg, bool counted) {
+  if (counted) ++lookups_;
   bool resizable = false;
   try {
     resizable = resize_shards && shard_resizable(cfg);

@@ -41,7 +41,8 @@ class RecordingCache {
   // that a caller needing several recordings keeps the recorder thread busy. A resized step
   // is made by whoever waits on it first (on that thread) and is not kept: it takes a
   // millisecond to make and as much memory as a recording.
-  std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg);
+  // counted = false: a prefetch, not a lookup (lookups() counts what points replay).
+  std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg, bool counted = true);
 
   // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
   // through this cache; off: every point is recorded at its own depth.
