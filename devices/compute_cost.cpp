@@ -62,6 +62,7 @@ const char* cost_basis_name(CostBasis b) {
     case CostBasis::kAttention: return "flash attention (efficiency vs a GEMM from GPU papers, not measured here)";
     case CostBasis::kMemory: return "memory-bound kernels (bytes from recorded ops and the fusion model, streaming efficiency assumed)";
     case CostBasis::kVector: return "vector-unit math (assumed share of the matrix peak)";
+    case CostBasis::kKernelMeasured: return "fused kernel at the rate the calibration measured on this host";
     case CostBasis::kNone: return "no time";
   }
   return "?";
@@ -231,6 +232,14 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
 // sets it: the cpu device's calibration, or a sustained clock (chips without one are assumed
 // to hold their datasheet clock).
 CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
+  // A timed fused kernel rests on its measurement, unless its operands spill to DRAM and the
+  // streaming estimate sets its time instead.
+  if ((op.kind == OpKind::kAttention || op.kind == OpKind::kFused) && !chip_.kernel_rates.empty() &&
+      measured_kernel_rate(chip_.kernel_rates, op) > 0) {
+    const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+    const bool spills = op.kind == OpKind::kFused && memory_s(bytes) > bytes / measured_kernel_rate(chip_.kernel_rates, op);
+    return spills ? CostBasis::kMemory : CostBasis::kKernelMeasured;
+  }
   switch (op.kind) {
     case OpKind::kView: return CostBasis::kNone;
     case OpKind::kAttention: return CostBasis::kAttention;

@@ -83,9 +83,10 @@ enum class CostBasis {
   kMemory,          // HBM-bound: bytes from the recorded ops and the fusion model, streaming
                     // efficiency assumed
   kVector,          // math on the vector units at an assumed share of the matrix peak
+  kKernelMeasured,  // a fused kernel at the rate this device's calibration timed (cpu)
   kNone,            // no time (views)
 };
-constexpr int kCostBases = 8;
+constexpr int kCostBases = 9;
 static_assert(static_cast<int>(CostBasis::kNone) + 1 == kCostBases, "kCostBases counts CostBasis");
 const char* cost_basis_name(CostBasis basis);  // what it rests on, for the report
 

@@ -149,6 +149,7 @@ class Replay {
     for (size_t b = 0; b < s.basis_s.size(); ++b) {
       const int basis = static_cast<int>(b);
       if (s.basis_s[b] <= 0 || basis == static_cast<int>(CostBasis::kMatmulMeasured) ||
+          basis == static_cast<int>(CostBasis::kKernelMeasured) ||
           basis == static_cast<int>(CostBasis::kNone))
         continue;
       r.uncertain.push_back({replay_basis_name(basis), s.basis_s[b]});

@@ -60,6 +60,12 @@ TEST(FusedOps, CpuUsesTheMeasuredKernelRateAndDramBeyondTheCache) {
   // Attention at its measured FLOP rate.
   const OpDesc a = fused_attention_op({2, 8, 4, 128, 128, 16, true, false}, 4);
   EXPECT_NEAR(cpu.roofline_s(a), a.flops / 3e10, 1e-15);
+  // What each rests on: the measured rate (not listed as uncertain), or DRAM streaming where
+  // the operands spill; an untimed kernel is an estimate like any op.
+  EXPECT_EQ(cpu.lower({s})[0].basis, CostBasis::kKernelMeasured);
+  EXPECT_EQ(cpu.lower({a})[0].basis, CostBasis::kKernelMeasured);
+  EXPECT_EQ(cpu.lower({big})[0].basis, CostBasis::kMemory);
+  EXPECT_NE(cpu.lower({sb})[0].basis, CostBasis::kKernelMeasured);
 }
 
 TEST(FusedOps, AttentionRateIsInterpolatedOnTheMeasuredShapeGrid) {
