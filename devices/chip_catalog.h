@@ -131,6 +131,10 @@ struct ChipSpec {
   std::string file;
   std::map<std::string, std::string> sources;
 
+  // The host CPU the trainer itself runs on (the cpu device): ops run synchronously on the
+  // calling thread with measured per-op costs, no runtime reserve. One flag, not the name, so
+  // a renamed or user-made host chip behaves the same.
+  bool is_host() const { return host_fused_kernels; }
   double link_bidi_per_chip() const { return 2.0 * link_bytes_per_s * static_cast<double>(links); }
   // Sustained over peak clock: the share of the datasheet peak the matrix units can reach.
   double clock_ratio() const {

@@ -32,7 +32,7 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
   ExecutionOverheads o;
   o.fuse_elementwise = mode != ExecutionMode::kEager;
   o.fuse_epilogue = mode == ExecutionMode::kCompiled;
-  if (chip.name == "cpu") {
+  if (chip.is_host()) {
     o.async = false;
     double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
     double per_view = chip.cpu_view_overhead_s > 0 ? chip.cpu_view_overhead_s : per_op;

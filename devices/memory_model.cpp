@@ -61,7 +61,7 @@ MemoryReport memory_per_chip(const MemoryInputs& in, const ChipSpec& chip) {
   r.activations = std::max<int64_t>(1, in.microbatches_in_flight) * per_micro +
                   std::max<int64_t>(0, working_set) + in.extra_activation_bytes;
   r.collective_buffers = in.collective_buffer_bytes;
-  r.runtime_reserve = chip.name == "cpu" ? 0 : kRuntimeReserveBytes;
+  r.runtime_reserve = chip.is_host() ? 0 : kRuntimeReserveBytes;
   r.total = r.params + r.grads + r.optimizer + r.master + r.activations + r.collective_buffers +
             r.runtime_reserve;
   r.capacity = chip.hbm_bytes;

@@ -8,7 +8,7 @@
 namespace titan::devices {
 
 double separate_launch_s(const ChipSpec& chip) {
-  if (chip.name == "cpu") return chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
+  if (chip.is_host()) return chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;
   return chip.separate_collective_launch_s;  // [dispatch] of the chip file
 }
 

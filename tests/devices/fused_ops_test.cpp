@@ -100,6 +100,11 @@ TEST(FusedOps, MeasuredMatmulRateIsAChipFlag) {
   ChipSpec renamed = cpu_chip(calibration());
   renamed.name = "my-host";
   EXPECT_EQ(ComputeModel(renamed, ExecutionMode::kEager).lower({big})[0].basis, CostBasis::kMatmulMeasured);
+  // Host behaviour follows the flag too: synchronous ops at the measured per-op cost.
+  EXPECT_FALSE(execution_overheads(renamed, ExecutionMode::kEager).async);
+  EXPECT_DOUBLE_EQ(execution_overheads(renamed, ExecutionMode::kEager).host_per_op_s,
+                   execution_overheads(cpu_chip(calibration()), ExecutionMode::kEager).host_per_op_s);
+  EXPECT_TRUE(execution_overheads(find_chip("h100"), ExecutionMode::kEager).async);
   renamed.matmul_rate_measured = false;
   EXPECT_EQ(ComputeModel(renamed, ExecutionMode::kEager).lower({big})[0].basis, CostBasis::kMatmulDatasheet);
   EXPECT_FALSE(find_chip("tpu-v7").matmul_rate_measured);
