@@ -35,6 +35,9 @@ void run_gnuplot(const std::string& script) {
   TITAN_CHECK(!gp.empty(), "titan-study: gnuplot not found (install gnuplot-nox, or set TITAN_GNUPLOT)");
   const std::string cmd = gp + " " + quoted(script) + " 2>" + quoted(script + ".log");
   TITAN_CHECK(std::system(cmd.c_str()) == 0, "titan-study: gnuplot failed on ", script, " (see ", script, ".log)");
+  // A clean run's empty log would only clutter the output folder.
+  std::error_code ec;
+  if (std::filesystem::file_size(script + ".log", ec) == 0 && !ec) std::filesystem::remove(script + ".log", ec);
 }
 
 }  // namespace

@@ -9,4 +9,4 @@ set style fill solid 0.85 border -1
 set boxwidth 0.8
 set xtics rotate by -60 font 'sans,8'
 set key outside right
-plot for [i=2:5] "docs/study/qwen3_8b_tpu_v7_scaling/qwen3_8b_tpu_v7_scaling_breakdown.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:7] "docs/study/qwen3_8b_tpu_v7_scaling/qwen3_8b_tpu_v7_scaling_breakdown.dat" using i:xtic(1) title columnheader(i)
