@@ -71,6 +71,33 @@ TEST(FusedRecording, LinearIsOneMatmulForwardAndItsTwoProductsBackward) {
   EXPECT_EQ(rec.op_counts().at("titan::linear_weight_grad"), 1);
 }
 
+// pow's sub-calls in libtorch 1.13 are metadata (result_type, a same-dtype `to`): pow is the
+// leaf with its own traffic; an op that returns its input (type_as to its own dtype) is no work.
+TEST(Recording, PowIsALeafAndMetadataQueriesAreNot) {
+  auto x = torch::empty({64, 32}, kMeta);
+  TraceRecorder rec(RecordOptions(true, true));
+  auto y = x.pow(2);
+  ASSERT_EQ(rec.op_counts().count("aten::pow"), 1u);
+  EXPECT_EQ(rec.op_counts().at("aten::pow"), 1);
+  EXPECT_EQ(rec.op_counts().count("aten::result_type"), 0u);
+  const devices::OpDesc& p = only(ops_of(rec), "aten::pow");
+  EXPECT_EQ(p.bytes_read, 64 * 32 * 4);
+  EXPECT_EQ(p.bytes_written, 64 * 32 * 4);
+  auto moving = [&] {
+    int64_t n = 0;
+    for (const auto& op : ops_of(rec)) n += op.kind != devices::OpKind::kView;
+    return n;
+  };
+  const int64_t before = moving();
+  auto same = x.type_as(y);
+  EXPECT_EQ(moving(), before) << "a same-dtype type_as moved no data";
+  auto out = torch::empty({64, 32}, kMeta);
+  torch::mul_out(out, x, x);  // returns its `out` argument, and did the work
+  EXPECT_EQ(moving(), before + 1);
+  auto half = x.to(torch::kBFloat16);
+  EXPECT_EQ(moving(), before + 2) << "a real cast is recorded";
+}
+
 TEST(FusedRecording, RmsNormIsOneOpWithTheKernelsBytesAndFlops) {
   RMSNorm norm(16, 1e-6, kMeta);
   auto x = torch::empty({3, 4, 16}, kMeta).requires_grad_(true);  // 12 rows of 16

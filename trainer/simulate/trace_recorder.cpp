@@ -162,6 +162,7 @@ struct Frame : public at::ObserverContext {
   bool suppressed = false;       // inside an attention scope or an attention backward node
   bool suppress_children = false;
   bool is_op = false;            // an aten op we may record as a leaf
+  bool is_view = false;          // a metadata-only op (view_ops)
   bool kernel = false;           // a scope kept as one kernel (attention, a fused kernel)
   uint64_t thread = 0;
   int64_t seq_lo = 0;
@@ -271,14 +272,42 @@ bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> 
   return true;
 }
 
+// Ops that only inspect their inputs' metadata (no kernel, no traffic): never recorded.
+bool query_op(const std::string& n) { return n == "aten::result_type"; }
+
+// A parent is composite (its children carry its work) only if some child moves data:
+// libtorch 1.13's pow calls result_type and a same-dtype `to` (both metadata) and computes in
+// its own kernel, which counting those calls as children dropped from the trace.
+bool counts_as_child(const std::string& n) { return !query_op(n) && !view_ops().count(n); }
+
+// A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype
+// type_as, contiguous of a contiguous tensor): nothing to record.
+bool returns_an_input(const at::RecordFunction& fn) {
+  // An out= overload returns the buffer it was given, after writing it.
+  if (const auto op = fn.operator_name(); !op || op->overload_name.find("out") != std::string::npos) return false;
+  bool any = false;
+  for (const auto& o : fn.outputs()) {
+    if (!o.isTensor() || !o.toTensor().defined()) continue;
+    bool aliased = false;
+    for (const auto& i : fn.inputs())
+      aliased |= i.isTensor() && i.toTensor().defined() && o.toTensor().is_alias_of(i.toTensor());
+    if (!aliased) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
   f->parent = top;
+  const std::string name = fn.name();
+  const bool query = query_op(name);
+  f->is_view = view_ops().count(name) > 0;
   if (top) {
-    top->has_child = true;
+    // A view made of views (reshape -> view) is recorded once, as its innermost call.
+    if (counts_as_child(name) || top->is_view) top->has_child = true;
     f->suppressed = top->suppressed || top->suppress_children;
   }
-  const std::string name = fn.name();
   if (name == kAttentionScope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
@@ -318,7 +347,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
         }
       }
     }
-  } else if (!f->suppressed && name.rfind("aten::", 0) == 0) {
+  } else if (!f->suppressed && !query && name.rfind("aten::", 0) == 0) {
     f->is_op = true;
     f->op = describe(name, fn.inputs(), &f->first_input_bytes);
     if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
@@ -348,6 +377,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
   OpDesc& d = f->op;
+  if (d.kind != OpKind::kView && d.name.back() != '_' && returns_an_input(fn)) return;
   std::vector<devices::TensorUse> writes;
   add_uses_of_outputs(fn, &writes);
   // An in-place op (add_, copy_) writes its first input, whatever it returns.
