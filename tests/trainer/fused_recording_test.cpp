@@ -98,6 +98,19 @@ TEST(Recording, PowIsALeafAndMetadataQueriesAreNot) {
   EXPECT_EQ(moving(), before + 2) << "a real cast is recorded";
 }
 
+// Gradient accumulation: the real linear sums later micro-batches' dW into w.grad() in place,
+// so a recording holds no add_ for the weight (the first backward assigns the gradient).
+TEST(FusedRecording, AccumulatedLinearWeightGradientIsSummedInPlace) {
+  Linear lin(12, 7, kMeta);
+  auto x = torch::empty({10, 12}, kMeta);
+  lin(x).sum().backward();  // w.grad() now exists, as the optimizer's flat buffer does in a run
+  ASSERT_TRUE(lin->weight.grad().defined());
+  TraceRecorder rec(RecordOptions(true, true));
+  lin(x).sum().backward();
+  EXPECT_EQ(rec.op_counts().count("aten::add_"), 0u) << "a fresh dW was added to the gradient";
+  EXPECT_EQ(rec.op_counts().at("titan::linear_weight_grad"), 1);
+}
+
 TEST(FusedRecording, RmsNormIsOneOpWithTheKernelsBytesAndFlops) {
   RMSNorm norm(16, 1e-6, kMeta);
   auto x = torch::empty({3, 4, 16}, kMeta).requires_grad_(true);  // 12 rows of 16

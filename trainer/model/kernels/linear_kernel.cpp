@@ -86,4 +86,6 @@ torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight) 
   return LinearFunction::apply(x, weight);
 }
 
+bool linear_weight_grad_in_place(const torch::Tensor& w) { return accumulates_in_place(w); }
+
 }  // namespace titan

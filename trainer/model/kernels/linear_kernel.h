@@ -11,5 +11,9 @@ namespace titan {
 // x [..., in] @ W^T for float or double CPU tensors of one dtype, W [out, in]; the same
 // value as torch::matmul(x, W.t()).
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight);
+// Whether the fused linear's backward sums w's gradient into w.grad() in place (no fresh
+// product for autograd to add): the meta stand-in follows the same rule, so a recording of
+// gradient accumulation holds the adds a real run makes and no others.
+bool linear_weight_grad_in_place(const torch::Tensor& w);
 
 }  // namespace titan

@@ -4,6 +4,10 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
+#include <cstring>
+
+#include "trainer/model/kernels/fused_kernels.h"
+#include "trainer/model/kernels/linear_kernel.h"
 
 namespace titan {
 namespace {
@@ -12,10 +16,11 @@ std::atomic<bool> records_fused{false};
 
 struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::TensorList inputs,
-                               const std::function<torch::Tensor()>& output) {
+                               const std::function<torch::Tensor()>& output, bool linear) {
     std::vector<torch::Tensor> like;
     for (const auto& t : inputs) like.push_back(t);
     ctx->save_for_backward(like);
+    ctx->saved_data["linear"] = linear;
     return output();
   }
 
@@ -23,9 +28,15 @@ struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction>
                                                  torch::autograd::variable_list) {
     auto inputs = ctx->get_saved_variables();
     torch::autograd::variable_list grads;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      grads.push_back(ctx->needs_input_grad(i) ? torch::empty_like(inputs[i]) : torch::Tensor());
+    const bool linear = ctx->saved_data["linear"].toBool();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      // The real linear sums the weight's gradient in place where it can: autograd then has
+      // nothing to accumulate (no add_), as in the run being recorded.
+      const bool in_place = linear && i == 1 && linear_weight_grad_in_place(inputs[i]);
+      grads.push_back(ctx->needs_input_grad(i) && !in_place ? torch::empty_like(inputs[i]) : torch::Tensor());
+    }
     grads.emplace_back();  // the output function
+    grads.emplace_back();  // the linear flag
     return grads;
   }
 };
@@ -38,7 +49,8 @@ void set_meta_records_fused_kernels(bool on) { records_fused.store(on, std::memo
 torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inputs,
                           const std::vector<torch::Tensor>& differentiable, const std::function<torch::Tensor()>& output) {
   RECORD_FUNCTION(scope, inputs);
-  return MetaKernelFunction::apply(torch::TensorList(differentiable), output);
+  return MetaKernelFunction::apply(torch::TensorList(differentiable), output,
+                                   std::strcmp(scope, kFusedLinearScope) == 0);
 }
 
 }  // namespace titan
