@@ -234,10 +234,11 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
 CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
   // A timed fused kernel rests on its measurement, unless its operands spill to DRAM and the
   // streaming estimate sets its time instead.
-  if ((op.kind == OpKind::kAttention || op.kind == OpKind::kFused) && !chip_.kernel_rates.empty() &&
-      measured_kernel_rate(chip_.kernel_rates, op) > 0) {
+  const bool timed = op.kind == OpKind::kAttention || op.kind == OpKind::kFused;
+  if (const double rate = timed && !chip_.kernel_rates.empty() ? measured_kernel_rate(chip_.kernel_rates, op) : 0;
+      rate > 0) {
     const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
-    const bool spills = op.kind == OpKind::kFused && memory_s(bytes) > bytes / measured_kernel_rate(chip_.kernel_rates, op);
+    const bool spills = op.kind == OpKind::kFused && memory_s(bytes) > bytes / rate;
     return spills ? CostBasis::kMemory : CostBasis::kKernelMeasured;
   }
   switch (op.kind) {
