@@ -15,6 +15,7 @@
 #include "devices/fused_ops.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
+#include "trainer/simulate/recorded_op_kinds.h"
 
 namespace titan {
 
@@ -111,46 +112,6 @@ void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
     for (const at::Tensor& t : v.toTensorList().vec()) one(t);
 }
 
-const std::unordered_set<std::string>& view_ops() {
-  // Metadata only, or allocation without a write: no HBM traffic.
-  static const std::unordered_set<std::string> s = {
-      "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias",
-      "aten::transpose", "aten::t", "aten::expand", "aten::expand_as", "aten::permute",
-      "aten::unsqueeze", "aten::squeeze", "aten::narrow", "aten::slice", "aten::select",
-      "aten::as_strided", "aten::alias", "aten::detach", "aten::detach_", "aten::empty",
-      "aten::empty_strided", "aten::empty_like", "aten::set_", "aten::resize_",
-      "aten::lift_fresh", "aten::split", "aten::unbind", "aten::chunk", "aten::view_as",
-      "aten::unfold", "aten::diagonal", "aten::to", "aten::contiguous", "aten::_to_copy_meta",
-      "aten::numpy_T", "aten::flatten", "aten::split_with_sizes", "aten::new_empty",
-      "aten::new_empty_strided", "aten::requires_grad_"};
-  return s;
-}
-
-const std::unordered_set<std::string>& reduction_ops() {
-  static const std::unordered_set<std::string> s = {
-      "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min",
-      "aten::_log_softmax", "aten::_softmax", "aten::_log_softmax_backward_data",
-      "aten::_softmax_backward_data", "aten::norm", "aten::linalg_vector_norm", "aten::var",
-      "aten::std", "aten::logsumexp", "aten::prod", "aten::argmax", "aten::cumsum"};
-  return s;
-}
-
-const std::unordered_set<std::string>& movement_ops() {
-  // Data movement that breaks an elementwise fusion chain (gathers, scatters, concatenation).
-  static const std::unordered_set<std::string> s = {
-      "aten::cat", "aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::gather",
-      "aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
-      "aten::index_select", "aten::embedding", "aten::clone", "aten::masked_scatter",
-      "aten::nonzero", "aten::index_add_", "aten::embedding_dense_backward"};
-  return s;
-}
-
-bool writes_only(const std::string& n) {
-  return n == "aten::zero_" || n == "aten::fill_" || n == "aten::normal_" ||
-         n == "aten::uniform_" || n == "aten::random_" || n == "aten::zeros" ||
-         n == "aten::ones" || n == "aten::full";
-}
-
 std::vector<int64_t> sizes_of(const c10::IValue& v) {
   return v.isTensor() ? v.toTensor().sizes().vec() : std::vector<int64_t>{};
 }
@@ -219,66 +180,6 @@ OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, in
   d.bytes_read = read;
   return d;
 }
-
-const at::Tensor& input_tensor(c10::ArrayRef<const c10::IValue> in, size_t i, const std::string& scope) {
-  TITAN_CHECK(in.size() > i && in[i].isTensor(), scope, ": expected a tensor as input ", i, " of the scope");
-  return in[i].toTensor();
-}
-
-// The ops of a fused kernel's scope (trainer/model/kernels/fused_kernels.h), from its inputs;
-// false for other names.
-bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> in, std::vector<OpDesc>* fwd,
-                      std::vector<OpDesc>* bwd) {
-  namespace d = devices;
-  if (name == kFusedAdamwScope || name == kFusedSumSquaresScope) {
-    // The optimizer's flat passes: (elements, element bytes); no backward.
-    TITAN_CHECK(in.size() == 2 && in[0].isInt() && in[1].isInt(), name, ": expected the element count and size");
-    const int64_t e = in[0].toInt(), b = in[1].toInt();
-    fwd->push_back(name == kFusedAdamwScope ? d::adamw_op(e, b) : d::sum_squares_op(e, b));
-    return true;
-  }
-  const bool known = name == kFusedLinearScope || name == kFusedRmsNormScope || name == kFusedSwigluScope ||
-                     name == kFusedRopeScope || name == kFusedCrossEntropyScope || name == kFusedAttentionScope;
-  if (!known) return false;
-  const at::Tensor& x = input_tensor(in, 0, name);  // the kernel's main operand
-  const int64_t b = static_cast<int64_t>(x.element_size()), last = std::max<int64_t>(1, x.size(-1));
-  const int64_t rows = x.numel() / last;
-  // The kernel's forward op and its backward op, from one builder taking `backward`.
-  auto both = [&](auto op) {
-    fwd->push_back(op(false));
-    bwd->push_back(op(true));
-  };
-  if (name == kFusedLinearScope) {
-    const at::Tensor& w = input_tensor(in, 1, name);
-    TITAN_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), name, ": x [..., in] and weight [out, in]");
-    fwd->push_back(d::linear_op(rows, w.size(1), w.size(0), b));
-    *bwd = d::linear_backward_ops(rows, w.size(1), w.size(0), b, x.requires_grad(), w.requires_grad());
-  } else if (name == kFusedRmsNormScope) {
-    both([&](bool back) { return d::rms_norm_op(rows, last, b, back); });
-  } else if (name == kFusedSwigluScope) {
-    both([&](bool back) { return d::swiglu_op(x.numel(), b, back); });
-  } else if (name == kFusedRopeScope) {
-    const int64_t table = input_tensor(in, 1, name).numel();
-    both([&](bool back) { return d::rope_op(x.numel(), table, b, back); });
-  } else if (name == kFusedCrossEntropyScope) {
-    both([&](bool back) { return d::cross_entropy_op(rows, last, b, back); });
-  } else {
-    const at::Tensor& k = input_tensor(in, 1, name);
-    TITAN_CHECK(x.dim() == 4 && k.dim() == 4, name, ": q and k must be [B, H, S, D]");
-    both([&](bool back) {
-      return d::fused_attention_op({x.size(0), x.size(1), k.size(1), x.size(2), k.size(2), x.size(3), true, back}, b);
-    });
-  }
-  return true;
-}
-
-// Ops that only inspect their inputs' metadata (no kernel, no traffic): never recorded.
-bool query_op(const std::string& n) { return n == "aten::result_type"; }
-
-// A parent is composite (its children carry its work) only if some child moves data:
-// libtorch 1.13's pow calls result_type and a same-dtype `to` (both metadata) and computes in
-// its own kernel, which counting those calls as children dropped from the trace.
-bool counts_as_child(const std::string& n) { return !query_op(n) && !view_ops().count(n); }
 
 // A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype
 // type_as, contiguous of a contiguous tensor): nothing to record.
