@@ -80,6 +80,7 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
     auto dout = last_dim_contiguous(grads[0]);
     const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), KV = k.size(1);
     auto dq = bshd_like(q), dk = bshd_like(k), dv = bshd_like(v);
+    auto delta = torch::empty({B, H, S}, q.options());
     dispatch_float(q, [&](auto tag) {
       using T = decltype(tag);
       const AttentionShape<T> shape{B, H, KV, S, D, T(ctx->saved_data["scale"].toDouble())};
@@ -87,13 +88,21 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
       const View<T> qv = view_of<T>(q), kv = view_of<T>(k), vv = view_of<T>(v), ov = view_of<T>(o),
                     gv = view_of<T>(dout), dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const T* lp = lse.data_ptr<T>();
+      T* dp = delta.data_ptr<T>();
+      chosen_parallel_for("attention.delta", H * D, 0, B * S, row_grain(H * D), [&](int64_t begin, int64_t end) {
+        if (wide) {
+          attention_delta<T>(shape, ov, gv, dp, begin, end);
+        } else {
+          attention_delta_narrow<T>(shape, ov, gv, dp, begin, end);
+        }
+      });
       chosen_parallel_for("attention.backward", S * D * H, 0, B * KV, 1, [&](int64_t begin, int64_t end) {
         T* ws = thread_scratch<T>(backward_workspace(shape));
         for (int64_t task = begin; task < end; ++task) {
           if (wide) {
-            attention_backward_task<T>(shape, qv, kv, vv, ov, gv, lp, dqv, dkv, dvv, task, ws);
+            attention_backward_task<T>(shape, qv, kv, vv, gv, lp, dp, dqv, dkv, dvv, task, ws);
           } else {
-            attention_backward_task_narrow<T>(shape, qv, kv, vv, ov, gv, lp, dqv, dkv, dvv, task, ws);
+            attention_backward_task_narrow<T>(shape, qv, kv, vv, gv, lp, dp, dqv, dkv, dvv, task, ws);
           }
         }
       });
