@@ -27,6 +27,19 @@ struct CollectiveDesc {
   std::string stream = "comm";  // communication stream it was issued on
 };
 
+// A storage the recorded ops touch (TensorUse::id), for the memory walk (devices/trace_memory.h).
+struct StorageRecord {
+  int64_t bytes = 0;           // its size when the recorder first saw it
+  bool outlives_step = false;  // still referenced when the step ended: state, not a temporary
+};
+// A storage a parallel plan resized outside any op (FSDP frees a gathered buffer after its
+// block ran and refills it before the next gather), before compute op number at_op.
+struct StorageResize {
+  int64_t at_op = 0;
+  int64_t id = 0;
+  int64_t bytes = 0;
+};
+
 struct TraceEvent {
   enum class Type { kCompute, kIssue, kWait };
   Type type = Type::kCompute;
@@ -50,6 +63,13 @@ class Trace {
   }
   const std::vector<TraceEvent>& events() const { return events_; }
   size_t size() const { return events_.size(); }
+  size_t compute_ops() const { return op_event_.size(); }
+
+  // Storages by id (index id - 1; ids are 1, 2, ... in the order the recorder saw them).
+  std::vector<StorageRecord>& storages() { return storages_; }
+  const std::vector<StorageRecord>& storages() const { return storages_; }
+  std::vector<StorageResize>& storage_resizes() { return resizes_; }
+  const std::vector<StorageResize>& storage_resizes() const { return resizes_; }
 
  private:
   struct Writer {
@@ -60,6 +80,8 @@ class Trace {
   std::vector<size_t> op_event_;  // event position of each compute op
   std::unordered_map<int64_t, Writer> writer_;
   int64_t next_work_ = 0;
+  std::vector<StorageRecord> storages_;
+  std::vector<StorageResize> resizes_;
 };
 
 struct SimulationOptions {

@@ -6,8 +6,20 @@
 
 namespace titan {
 
+namespace {
+StorageResizeListener& resize_listener() {
+  static StorageResizeListener l;
+  return l;
+}
+void tell_listener(const torch::Tensor& t, int64_t nbytes) {
+  if (const auto& l = resize_listener()) l(t, nbytes);
+}
+}  // namespace
+
+void set_storage_resize_listener(StorageResizeListener listener) { resize_listener() = std::move(listener); }
+
 void free_storage(const torch::Tensor& t) {
-  if (t.is_meta()) return;
+  if (t.is_meta()) return tell_listener(t, 0);
   auto* impl = t.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == 0) return;
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
@@ -15,9 +27,9 @@ void free_storage(const torch::Tensor& t) {
 }
 
 void refill_storage(const torch::Tensor& t) {
-  if (t.is_meta()) return;
-  auto* impl = t.storage().unsafeGetStorageImpl();
   const size_t bytes = t.numel() * t.element_size();
+  if (t.is_meta()) return tell_listener(t, static_cast<int64_t>(bytes));
+  auto* impl = t.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == bytes) return;
   impl->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
   impl->set_nbytes(bytes);

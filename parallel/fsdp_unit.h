@@ -18,9 +18,13 @@ namespace titan {
 
 // Frees a buffer's memory while keeping its TensorImpl (and every view of it that autograd
 // saved) intact; refill_storage gives it memory again before the views are read.
-// Meta tensors (simulated runs) have no memory to free or refill.
+// Meta tensors (simulated runs) have no memory to free or refill: the listener, if set, is
+// told instead (the trace recorder, whose memory walk follows the buffer's real size).
 void free_storage(const torch::Tensor& t);
 void refill_storage(const torch::Tensor& t);
+using StorageResizeListener = std::function<void(const torch::Tensor&, int64_t nbytes)>;
+// Process-wide; set only while a simulated step is recorded.
+void set_storage_resize_listener(StorageResizeListener listener);
 
 // One sharded parameter of a unit.
 struct ShardedParam {

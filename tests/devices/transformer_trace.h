@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "devices/memory_model.h"
+#include "common/model_args.h"
 #include "devices/step_simulator.h"
 
 namespace titan::devices::testing {

@@ -46,6 +46,7 @@ class Fit {
     if (!equal) fail(name, "differs between the samples");
   }
   bool ok() const { return why_.empty(); }
+  int64_t ahead() const { return ahead_; }
   const std::string& why() const { return why_; }
 
  private:
@@ -170,6 +171,42 @@ devices::StepReport extrapolate_report(Fit& fit, const devices::StepReport& ra, 
   return r;
 }
 
+// A step's memory extended: its state, and its peak as the largest of its parts' peaks, each
+// extended on its own (a pipeline rank's peak moves between segments with depth). The ops
+// filling the peak are only a report: those whose bytes are affine in depth are extended,
+// the others left out.
+devices::TraceMemory extrapolate_memory(Fit& fit, const std::string& what, const devices::TraceMemory& a,
+                                        const devices::TraceMemory& b, const devices::TraceMemory& c) {
+  devices::TraceMemory m;
+  m.state_bytes = fit.count(what + " state", a.state_bytes, b.state_bytes, c.state_bytes);
+  fit.same(what + " parts", a.parts.size() == c.parts.size() && b.parts.size() == c.parts.size());
+  if (!fit.ok()) return m;
+  m.parts.resize(c.parts.size());
+  for (size_t i = 0; i < c.parts.size(); ++i) {
+    const std::string part = what + " part " + std::to_string(i);
+    m.parts[i].temporaries =
+        fit.count(part + " peak", a.parts[i].temporaries, b.parts[i].temporaries, c.parts[i].temporaries);
+    m.parts[i].resized = fit.count(part + " peak buffers", a.parts[i].resized, b.parts[i].resized, c.parts[i].resized);
+    if (m.parts[i].temporaries + m.parts[i].resized > m.peak_bytes) {
+      m.peak_bytes = m.parts[i].temporaries + m.parts[i].resized;
+      m.peak_temporaries = m.parts[i].temporaries;
+      m.peak_resized = m.parts[i].resized;
+    }
+  }
+  auto by_name = [](const devices::TraceMemory& x) {
+    return std::map<std::string, int64_t>(x.peak_by_op.begin(), x.peak_by_op.end());
+  };
+  const auto na = by_name(a), nb = by_name(b);
+  for (const auto& [name, bytes] : c.peak_by_op) {
+    auto ia = na.find(name), ib = nb.find(name);
+    if (ia == na.end() || ib == nb.end() || bytes - ib->second != ib->second - ia->second) continue;
+    Fit one(fit.ahead());
+    m.peak_by_op.emplace_back(name, one.count(name, ia->second, ib->second, bytes));
+  }
+  std::stable_sort(m.peak_by_op.begin(), m.peak_by_op.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  return m;
+}
+
 bool same_segments(const RecordedPipeline& a, const RecordedPipeline& b) {
   if (a.ranks.size() != b.ranks.size() || a.runs != b.runs) return false;
   for (size_t r = 0; r < a.ranks.size(); ++r) {
@@ -222,8 +259,7 @@ void extrapolate_pipeline(Fit& fit, const std::array<ReplayFigures, 3>& f, Repla
     const std::string rank = "pipeline rank " + std::to_string(q);
     out.rank_local_params[q] =
         fit.count(rank + " parameters", a.rank_local_params[q], b.rank_local_params[q], c.rank_local_params[q]);
-    out.rank_peak_live_layers[q] = fit.count(rank + " live layers", a.rank_peak_live_layers[q],
-                                             b.rank_peak_live_layers[q], c.rank_peak_live_layers[q]);
+    out.rank_memory[q] = extrapolate_memory(fit, rank + " memory", a.rank_memory[q], b.rank_memory[q], c.rank_memory[q]);
   }
 }
 
@@ -244,6 +280,7 @@ Extrapolation extrapolate_layers(const LayerSamples& s, const std::array<ReplayF
     if (c.pipeline) extrapolate_pipeline(fit, f, out);
     else {
       out.report = extrapolate_report(fit, a.report, b.report, c.report);
+      out.memory = extrapolate_memory(fit, "memory", a.memory, b.memory, c.memory);
       out.exposed_by_kind = extrapolate_items(fit, "exposed", a.exposed_by_kind, b.exposed_by_kind,
                                               c.exposed_by_kind, std::abs(c.report.step_time_s));
     }

@@ -11,6 +11,7 @@
 
 #include "collectives/fusion.h"
 #include "common/error.h"
+#include "devices/trace_memory.h"
 #include "parallel/fsdp_observer.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
@@ -188,6 +189,15 @@ struct ShardRewrites {
     std::vector<Call> calls;
     std::vector<std::vector<std::vector<size_t>>> buckets;  // per call, at the probe degree
     std::vector<Collective> collectives;
+    // The memory walk's input at the probe (devices/trace_memory.h) and the shard-sized
+    // entries in it and in the storage table.
+    devices::LiveRanges live;
+    struct Sized {
+      uint32_t index = 0;  // into live.ranges / the storage table
+      bool padded = false;
+      int64_t numel = 0, elem = 0;
+    };
+    std::vector<Sized> ranges, storages, resizes;
   };
   int64_t degree = 0;
   bool fused = true;
@@ -218,7 +228,8 @@ bool fail(std::string* why, const std::string& text) {
 // The sizes of one rank that follow the shard degree: shard storages found through the data
 // flow from FSDP's seeds, every use on them classified, FSDP's collectives matched to the
 // trace's issues.
-bool plan_rank(const std::vector<const devices::Trace*>& traces, const ShardNotes::Rank& notes, int64_t w,
+bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vector<devices::StorageRecord>& storages,
+               const std::vector<devices::StorageResize>& resizes, const ShardNotes::Rank& notes, int64_t w,
                bool fused, int64_t cap, ShardRewrites::Rank* out, std::string* why) {
   out->numels = notes.numels;
   out->calls = notes.calls;
@@ -272,6 +283,19 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const ShardNote
       }
     }
   }
+  // The memory walk's ranges and the storage table: the same classes by storage.
+  out->live = devices::live_ranges(traces, storages, resizes);
+  auto sized = [&](int64_t id, int64_t bytes, uint32_t index, std::vector<ShardRewrites::Rank::Sized>* to) {
+    auto it = numel_of.find(id);
+    int64_t e = 0;
+    if (it == numel_of.end()) return;
+    const SizeClass c = size_class(bytes, it->second, w, &e);
+    if (c != SizeClass::kNone) to->push_back({index, c == SizeClass::kPadded, it->second, e});
+  };
+  for (uint32_t i = 0; i < out->live.ranges.size(); ++i)
+    sized(out->live.ranges[i].id, out->live.ranges[i].bytes, i, &out->ranges);
+  for (uint32_t i = 0; i < storages.size(); ++i) sized(static_cast<int64_t>(i) + 1, storages[i].bytes, i, &out->storages);
+  for (uint32_t i = 0; i < resizes.size(); ++i) sized(resizes[i].id, resizes[i].bytes, i, &out->resizes);
   // Every use on a shard storage of a shard or padded size is rewritten; other sizes there
   // (views of the gathered buffer: the full parameter, embedding rows; norms' scalars) do
   // not follow the degree.
@@ -479,8 +503,11 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     rw.ranks.resize(plan.notes.ranks.size());
     for (size_t q = 0; q < rw.ranks.size(); ++q) {
       const auto traces = rank_traces(probe.step, q);
-      if (!plan_rank({traces.begin(), traces.end()}, plan.notes.ranks[q], rw.degree, rw.fused, rw.cap, &rw.ranks[q],
-                     &plan.error)) {
+      const auto* p = probe.step.pipeline.get();
+      const auto& storages = p ? p->storages[q] : probe.step.trace.storages();
+      const auto& resizes = p ? p->storage_resizes[q] : probe.step.trace.storage_resizes();
+      if (!plan_rank({traces.begin(), traces.end()}, storages, resizes, plan.notes.ranks[q], rw.degree, rw.fused,
+                     rw.cap, &rw.ranks[q], &plan.error)) {
         plan.error = "shard resizing cannot follow this step: " + plan.error;
         return;
       }
@@ -544,6 +571,15 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
       (*events[c.trace])[c.event].collective.bytes = sum;
     }
     if (split_changes && !rebucket(r, buckets[q], w, events, why)) return false;
+    // The memory: the probe's ranges at this degree's sizes, walked again; the storage table
+    // follows for whoever walks the trace itself.
+    devices::LiveRanges live = r.live;
+    for (const auto& z : r.ranges) live.ranges[z.index].bytes = resized(z.numel, z.padded, z.elem);
+    auto& table = out->pipeline ? out->pipeline->storages[q] : out->trace.storages();
+    auto& resizes = out->pipeline ? out->pipeline->storage_resizes[q] : out->trace.storage_resizes();
+    for (const auto& z : r.storages) table[z.index].bytes = resized(z.numel, z.padded, z.elem);
+    for (const auto& z : r.resizes) resizes[z.index].bytes = resized(z.numel, z.padded, z.elem);
+    (out->pipeline ? out->pipeline->memory[q] : out->memory) = devices::walk_memory(live);
     int64_t params = 0;
     for (int64_t n : r.numels) params += shard_len(n, w) - shard_len(n, w0);
     if (out->pipeline) out->pipeline->local_params[q] += params;

@@ -51,15 +51,6 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
 
 namespace {
 
-devices::ActivationCheckpoint ac_mode(const JobConfig& cfg) {
-  switch (cfg.activation_checkpoint.mode) {
-    case AcMode::kSelective: return devices::ActivationCheckpoint::kSelective;
-    case AcMode::kFull: return devices::ActivationCheckpoint::kFull;
-    case AcMode::kNone: break;
-  }
-  return devices::ActivationCheckpoint::kNone;
-}
-
 devices::ExecutionMode execution_mode(const JobConfig& cfg) {
   switch (cfg.simulation.execution) {
     case Execution::kEager: return devices::ExecutionMode::kEager;
@@ -112,7 +103,8 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
   {
     TraceRecorder recorder(record_options(out.chip));
     trainer.train_step();
-    out.trace = recorder.trace();
+    out.trace = recorder.finish();
+    out.memory = devices::trace_memory(out.trace);
     out.calls = recorder.calls();
     out.op_counts = recorder.op_counts();
   }
@@ -127,6 +119,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   f.param_elem_bytes = rec.param_elem_bytes;
   f.microbatches = rec.microbatches;
   f.global_batch = rec.global_batch;
+  f.memory = rec.memory;
   devices::SimulationOptions o;
   o.execution = execution_mode(cfg);
   o.keep_events = keep_events;
@@ -145,7 +138,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     f.exposed_by_kind = std::move(pr.exposed_by_kind);
     f.rank_busy_s = std::move(pr.rank_busy_s);
     f.rank_local_params = p.local_params;
-    f.rank_peak_live_layers = p.peak_live_layers;
+    f.rank_memory = p.memory;
     f.rank_holds_output = p.holds_output;
   } else {
     o.keep_events = true;  // exposed time by kind; dropped again unless asked for
@@ -182,32 +175,18 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
   r.tflops_per_chip = r.flops_per_token * r.tokens_per_s_per_chip / 1e12;
   r.mfu_percent = 100.0 * r.flops_per_token * r.tokens_per_s_per_chip / r.peak_flops;
 
-  devices::TransformerLayout l;
-  l.tp = f.dims.tp;
-  l.pp = f.dims.pp;
-  l.fsdp = f.dims.dp_shard * f.dims.cp;
-  const int64_t rows = f.pipeline ? cfg.parallelism.pipeline_parallel_microbatch_size : cfg.training.local_batch_size;
-  l.tokens = rows * r.seq_len / f.dims.cp;
-  l.param_bytes = f.param_elem_bytes;
-  l.ac = ac_mode(cfg);
-  l.selective_every = l.ac == devices::ActivationCheckpoint::kSelective ? cfg.activation_checkpoint.selective_every : 0;
-  devices::MemoryInputs in = devices::transformer_memory_inputs(args, l);
-  // What this trainer really stores: its shards, gradients and AdamW states in the
-  // parameter dtype (zeros_like), no separate master copy.
-  in.local_params = f.local_params;
-  in.param_bytes = in.grad_bytes = in.optimizer_state_bytes = f.param_elem_bytes;
-  in.master_weights = false;
-  r.memory = devices::memory_per_chip(in, chip);
+  // What this trainer stores: its shards and two AdamW states in the parameter dtype
+  // (zeros_like), no separate master copy; the rest of what outlives the step is gradients.
+  auto chip_memory = [&](int64_t local_params, const devices::TraceMemory& m) {
+    const int64_t params = local_params * f.param_elem_bytes;
+    return devices::memory_of_step(m, params, 2 * params, chip);
+  };
+  r.memory = chip_memory(f.local_params, f.memory);
   if (f.pipeline) {
-    // Each pipeline rank: its own parameters, and the activations of the micro-batches its
-    // schedule keeps in flight (layers live at once); the largest is the report's.
+    // Each pipeline rank's own step (its stages, the micro-batches its schedule keeps in
+    // flight); the largest is the report's.
     for (size_t q = 0; q < f.rank_local_params.size(); ++q) {
-      devices::MemoryInputs mq = in;
-      mq.local_params = f.rank_local_params[q];
-      mq.local_layers = f.rank_peak_live_layers[q];
-      mq.microbatches_in_flight = 1;
-      if (!f.rank_holds_output[q]) mq.extra_activation_bytes = 0;
-      const devices::MemoryReport m = devices::memory_per_chip(mq, chip);
+      const devices::MemoryReport m = chip_memory(f.rank_local_params[q], f.rank_memory[q]);
       r.pipeline_rank_memory_gib.push_back(m.total_gib());
       if (q == 0 || m.total > r.memory.total) r.memory = m;
     }

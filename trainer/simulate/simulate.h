@@ -13,6 +13,7 @@
 #include "collectives/sim_backend.h"
 #include "devices/memory_model.h"
 #include "devices/step_simulator.h"
+#include "devices/trace_memory.h"
 #include "parallel/parallel_dims.h"
 #include "trainer/config/job_config.h"
 #include "trainer/simulate/simulate_pipeline.h"
@@ -31,6 +32,9 @@ struct RecordedStep {
   int64_t param_elem_bytes = 4;  // storage dtype of the parameters (mixed_precision_param)
   int64_t microbatches = 1;
   int64_t global_batch = 0;
+  // The step's memory (devices/trace_memory.h), walked once per recording: a study replays
+  // it many times. Anything that rewrites the trace's sizes walks it again.
+  devices::TraceMemory memory;
   // Pipeline parallelism: every pipeline rank's step cut at the schedule's actions (the
   // fields above then describe the first pipeline rank).
   std::shared_ptr<RecordedPipeline> pipeline;
@@ -81,6 +85,7 @@ struct ReplayFigures {
   devices::StepReport report;
   ParallelDims dims;
   int64_t local_params = 0, param_elem_bytes = 4, microbatches = 1, global_batch = 0;
+  devices::TraceMemory memory;  // the recorded step's own (devices/trace_memory.h)
   // Pipeline parallelism (empty without): per pipeline rank.
   bool pipeline = false;
   std::string pipeline_schedule;
@@ -88,7 +93,8 @@ struct ReplayFigures {
   double bubble_fraction = 0;
   std::vector<devices::CostItem> exposed_by_kind;  // exposed communication by collective kind
   std::vector<double> rank_busy_s;
-  std::vector<int64_t> rank_local_params, rank_peak_live_layers;
+  std::vector<int64_t> rank_local_params;
+  std::vector<devices::TraceMemory> rank_memory;
   std::vector<bool> rank_holds_output;
   // Under PP, what the report was composed from: every segment's cost, the recording's
   // schedule and segments, and the options; layer extrapolation composes the schedule again

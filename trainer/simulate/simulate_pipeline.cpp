@@ -33,18 +33,13 @@ devices::Trace slice(const devices::Trace& t, size_t b, size_t e, int64_t* p2p_b
   return out;
 }
 
-// Most layers whose activations are live at once on `rank`, over its actions in order.
-int64_t peak_live_layers(const PipeSchedule& s, const PipelineModel& pm, int rank) {
-  int64_t live = 0, peak = 0;
-  for (const PipeAction& a : s.ranks[rank]) {
-    const int64_t layers = pm.stage(a.stage).end - pm.stage(a.stage).begin;
-    if (a.op == PipeOp::kForward) peak = std::max(peak, live += layers);
-    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) live -= layers;
-  }
-  return peak;
-}
-
 }  // namespace
+
+devices::TraceMemory rank_memory(const RecordedPipeline& p, size_t q) {
+  std::vector<const devices::Trace*> parts;
+  for (const PipelineSegment& seg : p.ranks[q]) parts.push_back(&seg.trace);
+  return devices::trace_memory(parts, p.storages[q], p.storage_resizes[q]);
+}
 
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording) {
   const ParallelDims dims = parallel_dims(cfg, chips);
@@ -53,7 +48,9 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
   out.ranks.resize(pp);
   out.calls.resize(pp);
   out.local_params.assign(pp, 0);
-  out.peak_live_layers.assign(pp, 0);
+  out.memory.resize(pp);
+  out.storages.resize(pp);
+  out.storage_resizes.resize(pp);
   out.holds_output.assign(pp, false);
   for (int64_t q = 0; q < pp; ++q) {
     set_sim_world(chips, q * per_stage);
@@ -71,7 +68,6 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
       out.local_params[q] += p.value().numel();
       if (p.value().numel() > 0) out.param_elem_bytes = static_cast<int64_t>(p.value().element_size());
     }
-    out.peak_live_layers[q] = peak_live_layers(s, pm, static_cast<int>(q));
     out.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
     std::vector<PipeAction> acts;
     std::vector<size_t> begins, ends;
@@ -86,7 +82,7 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
     };
     trainer.train_step();
     pm.observer = nullptr;
-    const devices::Trace& t = recorder.trace();
+    const devices::Trace& t = recorder.finish();
     const size_t per_run = s.ranks[q].size();
     auto& segs = out.ranks[q];
     size_t pos = 0;
@@ -109,6 +105,9 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
       pos = ends[i];
     }
     plain(pos, t.size(), static_cast<int>(out.runs) - 1);
+    out.storages[q] = t.storages();
+    out.storage_resizes[q] = t.storage_resizes();
+    out.memory[q] = rank_memory(out, q);
     out.calls[q] = recorder.calls();
     TITAN_CHECK(acts.size() == per_run * static_cast<size_t>(out.runs), "pipeline simulation: rank ", q, " ran ",
                 acts.size(), " actions, expected ", per_run, " x ", out.runs);

@@ -11,6 +11,7 @@
 
 #include "collectives/sim_backend.h"
 #include "devices/pipeline_replay.h"
+#include "devices/trace_memory.h"
 #include "devices/placement.h"
 #include "devices/step_simulator.h"
 #include "parallel/pipeline_schedule.h"
@@ -34,9 +35,11 @@ struct RecordedPipeline {
   std::vector<std::vector<PipelineSegment>> ranks;    // per pipeline rank, program order
   std::vector<std::vector<SimCollectiveEvent>> calls;  // per pipeline rank: every call
   std::vector<int64_t> local_params;                  // per pipeline rank: elements stored
-  // Per pipeline rank: the most transformer layers whose activations are live at once,
-  // summed over the micro-batches in flight on its stages (the schedule's order).
-  std::vector<int64_t> peak_live_layers;
+  // Per pipeline rank: its step's memory (devices/trace_memory.h) and what the walk takes
+  // besides the segments, to walk them again after a resize.
+  std::vector<devices::TraceMemory> memory;
+  std::vector<std::vector<devices::StorageRecord>> storages;
+  std::vector<std::vector<devices::StorageResize>> storage_resizes;
   std::vector<bool> holds_output;                     // per pipeline rank: the last stage
   int64_t param_elem_bytes = 4;
 };
@@ -46,6 +49,9 @@ struct RecordOptions;  // trace_recorder.h
 // Records every pipeline rank's step (sim World of `chips` ranks). recording: what the
 // recorder keeps as one kernel, after the chip (record_options).
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
+
+// Pipeline rank q's memory, walked over its segments in program order.
+devices::TraceMemory rank_memory(const RecordedPipeline& p, size_t q);
 
 struct PipelineReplayReport {
   devices::StepReport report;           // step time = the replay's makespan; per-chip figures

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
+#include "parallel/fsdp_unit.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/simulate/recorded_op_kinds.h"
@@ -65,18 +66,29 @@ int64_t ivalue_bytes(const c10::IValue& v) {
 }
 
 // A tensor's identity for the data flow: its storage (views share it, in-place ops write it).
-// Each storage seen gets the next number and is kept alive until the recording ends: an
-// address alone would be reused by a later allocation, linking unrelated ops and making the
-// trace depend on the process's heap history. Meta storages hold no memory.
+// Each storage seen gets the next number, and a weak reference keeps its StorageImpl's memory
+// (not its data) until the recording ends: an address alone would be reused by a later
+// allocation, linking unrelated ops and making the trace depend on the process's heap history.
+// The weak reference also tells, when the step is over, which storages outlived it (state).
+struct SeenStorage {
+  int64_t id = 0;
+  c10::weak_intrusive_ptr<c10::StorageImpl> weak;
+  int64_t bytes = 0;  // when first seen
+};
 std::mutex storage_mu;
-std::unordered_map<const c10::StorageImpl*, std::pair<int64_t, c10::Storage>> storage_ids;
+std::unordered_map<const c10::StorageImpl*, SeenStorage> storage_ids;
 
 int64_t storage_id(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return 0;
   std::lock_guard<std::mutex> lock(storage_mu);
-  auto [it, added] = storage_ids.try_emplace(t.storage().unsafeGetStorageImpl());
-  if (added) it->second = {static_cast<int64_t>(storage_ids.size()), t.storage()};
-  return it->second.first;
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  auto it = storage_ids.find(impl);
+  if (it == storage_ids.end())
+    it = storage_ids
+             .emplace(impl, SeenStorage{static_cast<int64_t>(storage_ids.size()) + 1, t.storage().getWeakStorageImpl(),
+                                        static_cast<int64_t>(t.storage().nbytes())})
+             .first;
+  return it->second.id;
 }
 
 }  // namespace
@@ -93,7 +105,7 @@ int64_t recorded_storage_id(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return 0;
   std::lock_guard<std::mutex> lock(storage_mu);
   auto it = storage_ids.find(t.storage().unsafeGetStorageImpl());
-  return it == storage_ids.end() ? 0 : it->second.first;
+  return it == storage_ids.end() ? 0 : it->second.id;
 }
 
 namespace {
@@ -311,6 +323,11 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
   }
   forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
+  set_storage_resize_listener([this](const at::Tensor& t, int64_t nbytes) {
+    const int64_t id = storage_id(t);
+    std::lock_guard<std::mutex> lock(mu);
+    trace_.storage_resizes().push_back({static_cast<int64_t>(trace_.compute_ops()), id, nbytes});
+  });
   handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
                                       .needsInputs(true)
                                       .needsOutputs(true)
@@ -322,11 +339,20 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
 TraceRecorder::~TraceRecorder() {
   at::removeCallback(handle_);
   set_sim_listener(nullptr);
+  set_storage_resize_listener(nullptr);
   forget_storages();
   std::lock_guard<std::mutex> lock(mu);
   active = nullptr;
   set_meta_records_fused_kernels(false);
   intervals.clear();
+}
+
+const devices::Trace& TraceRecorder::finish() {
+  std::lock_guard<std::mutex> lock(storage_mu);
+  auto& table = trace_.storages();
+  table.assign(storage_ids.size(), {});
+  for (const auto& [impl, s] : storage_ids) table[static_cast<size_t>(s.id - 1)] = {s.bytes, !s.weak.expired()};
+  return trace_;
 }
 
 // Called with `mu` held.

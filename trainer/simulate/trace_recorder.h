@@ -57,6 +57,9 @@ class TraceRecorder {
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
   const devices::Trace& trace() const { return trace_; }
+  // The trace with its storage table (devices::StorageRecord) filled in; call once the
+  // recorded step is over, so that what it freed no longer counts as state.
+  const devices::Trace& finish();
   // Every Communicator call in issue order (kCall events), for comparison with real runs.
   const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
   // Recorded leaf ops per aten name (attention ops under kAttentionScope's name, fused kernels

@@ -1,0 +1,106 @@
+#include "devices/trace_memory.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace titan::devices {
+
+LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
+                       const std::vector<StorageResize>& resizes) {
+  struct Seen {
+    int64_t first = -1, last = -1, bytes = 0;
+    const std::string* maker = nullptr;
+  };
+  std::vector<Seen> seen(storages.size() + 1);
+  LiveRanges out;
+  for (const Trace* t : parts) {
+    out.part_begins.push_back(out.ops);
+    for (const TraceEvent& e : t->events()) {
+      if (e.type != TraceEvent::Type::kCompute) continue;
+      const int64_t at = out.ops++;
+      for (const auto* uses : {&e.op.reads, &e.op.writes})
+        for (const TensorUse& u : *uses) {
+          if (u.id <= 0) continue;
+          const size_t i = static_cast<size_t>(u.id);
+          if (i >= seen.size()) seen.resize(i + 1);  // not in the table: sized by its largest use
+          Seen& s = seen[i];
+          if (s.first < 0) s.first = at, s.maker = &e.op.name;
+          s.last = at;
+          s.bytes = std::max(s.bytes, u.bytes);
+        }
+    }
+  }
+
+  std::unordered_map<std::string, uint32_t> maker_index;
+  auto maker = [&](const std::string* name) -> uint32_t {
+    if (!name) return 0;
+    auto [it, added] = maker_index.try_emplace(*name, static_cast<uint32_t>(out.makers.size()));
+    if (added) out.makers.push_back(*name);
+    return it->second;
+  };
+  std::map<int64_t, std::vector<const StorageResize*>> resized;
+  for (const StorageResize& r : resizes) resized[r.id].push_back(&r);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    const int64_t id = static_cast<int64_t>(i);
+    const StorageRecord rec = i <= storages.size() ? storages[i - 1] : StorageRecord{seen[i].bytes, false};
+    if (auto it = resized.find(id); it != resized.end()) {
+      // A buffer the plan resizes: empty before a first refill (freed since the last step),
+      // at its recorded size before a first free; then each size until the next resize.
+      auto& rs = it->second;
+      std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->at_op < b->at_op; });
+      int64_t size = rs.front()->bytes > 0 ? 0 : rec.bytes, from = 0;
+      auto piece = [&](int64_t to) {
+        if (size > 0 && to > from) out.ranges.push_back({LiveRange::Kind::kResized, 0, id, from, to, size});
+      };
+      for (const StorageResize* r : rs) {
+        piece(r->at_op);
+        size = r->bytes, from = r->at_op;
+      }
+      piece(out.ops);
+    } else if (rec.outlives_step) {
+      out.ranges.push_back({LiveRange::Kind::kState, 0, id, 0, out.ops, rec.bytes});
+    } else if (seen[i].first >= 0) {
+      out.ranges.push_back({LiveRange::Kind::kTemporary, maker(seen[i].maker), id, seen[i].first, seen[i].last + 1, rec.bytes});
+    }
+  }
+  return out;
+}
+
+TraceMemory walk_memory(const LiveRanges& live) {
+  const int64_t n = live.ops;
+  // Live bytes as differences at op positions: +bytes where a range starts, -bytes where it ends.
+  std::vector<int64_t> temp(static_cast<size_t>(n) + 1, 0), resized(static_cast<size_t>(n) + 1, 0);
+  TraceMemory m;
+  for (const LiveRange& r : live.ranges) {
+    if (r.kind == LiveRange::Kind::kState) {
+      m.state_bytes += r.bytes;
+      continue;
+    }
+    const int64_t from = std::clamp<int64_t>(r.from, 0, n), to = std::clamp<int64_t>(r.to, 0, n);
+    if (r.bytes <= 0 || from >= to) continue;
+    auto& d = r.kind == LiveRange::Kind::kResized ? resized : temp;
+    d[static_cast<size_t>(from)] += r.bytes;
+    d[static_cast<size_t>(to)] -= r.bytes;
+  }
+  int64_t t = 0, b = 0;
+  m.parts.resize(live.part_begins.size());
+  size_t part = 0;
+  for (int64_t at = 0; at < n; ++at) {
+    while (part + 1 < live.part_begins.size() && live.part_begins[part + 1] <= at) ++part;
+    t += temp[static_cast<size_t>(at)], b += resized[static_cast<size_t>(at)];
+    if (t + b > m.peak_bytes) m.peak_bytes = t + b, m.peak_temporaries = t, m.peak_resized = b, m.peak_op = at;
+    TraceMemory::Part& p = m.parts[part];
+    if (t + b > p.temporaries + p.resized) p = {t, b};
+  }
+
+  std::vector<int64_t> by_maker(live.makers.size(), 0);
+  for (const LiveRange& r : live.ranges)
+    if (r.kind == LiveRange::Kind::kTemporary && r.from <= m.peak_op && m.peak_op < r.to) by_maker[r.maker] += r.bytes;
+  for (size_t i = 0; i < by_maker.size(); ++i)
+    if (by_maker[i] > 0) m.peak_by_op.emplace_back(live.makers[i], by_maker[i]);
+  std::stable_sort(m.peak_by_op.begin(), m.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return m;
+}
+
+}  // namespace titan::devices

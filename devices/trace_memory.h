@@ -1,0 +1,67 @@
+// Memory of a recorded step, from the step itself: a walk over its ops in program order that
+// keeps every storage live from the first op that touches it to the last (the allocator
+// frees a tensor once its last user is done), storages still referenced after the step as
+// state, and the buffers a parallel plan frees and refills outside any op (FSDP's gathered
+// parameters) at the sizes it gave them. What the walk cannot see: allocator fragmentation and
+// rounding, and a tensor a collective still reads after its last op (a gradient waiting for
+// its reduce-scatter): ~one layer's gradients at the peak, at most.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "devices/step_simulator.h"
+
+namespace titan::devices {
+
+struct TraceMemory {
+  int64_t state_bytes = 0;       // storages that outlive the step (parameters, gradients, optimizer state)
+  int64_t peak_bytes = 0;        // most bytes of the step's own storages live at once
+  int64_t peak_temporaries = 0;  // of which tensors the ops made (activations, saved tensors, logits)
+  int64_t peak_resized = 0;      // of which storages resized outside ops (FSDP's gathered buffers)
+  int64_t peak_op = -1;          // compute op number at the peak (-1: not known, an extrapolated step)
+  // The peak within each part walked (trace_memory over parts; one part for a whole trace),
+  // split the same way: a pipeline rank's peak moves between its segments as the model
+  // deepens, each segment's own peak does not (trainer/simulate/layer_extrapolation.h).
+  struct Part {
+    int64_t temporaries = 0, resized = 0;
+  };
+  std::vector<Part> parts;
+  // The temporaries live at the peak, by the op that made them (first touched them), largest
+  // first: what to checkpoint or shard when a layout does not fit.
+  std::vector<std::pair<std::string, int64_t>> peak_by_op;
+};
+
+// One storage over a stretch of the step at one size: the walk's input, kept apart so that a
+// recording whose sizes are rewritten (trainer/simulate/shard_resize.h) walks again without
+// going over its ops.
+struct LiveRange {
+  enum class Kind : uint8_t { kState, kTemporary, kResized };
+  Kind kind = Kind::kTemporary;
+  uint32_t maker = 0;     // LiveRanges::makers index: the op that first touched it
+  int64_t id = 0;         // TensorUse::id
+  int64_t from = 0, to = 0;  // compute ops [from, to) it is live over (state: the whole step)
+  int64_t bytes = 0;
+};
+struct LiveRanges {
+  int64_t ops = 0;
+  std::vector<int64_t> part_begins;  // first op of each part
+  std::vector<LiveRange> ranges;
+  std::vector<std::string> makers;
+};
+
+// A recording whose ops come in parts (a pipeline rank's segments, in program order), with
+// the storage table and resizes of the whole (resize positions count the ops of every part).
+LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
+                       const std::vector<StorageResize>& resizes);
+TraceMemory walk_memory(const LiveRanges& live);
+
+inline TraceMemory trace_memory(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
+                                const std::vector<StorageResize>& resizes) {
+  return walk_memory(live_ranges(parts, storages, resizes));
+}
+inline TraceMemory trace_memory(const Trace& t) { return trace_memory({&t}, t.storages(), t.storage_resizes()); }
+
+}  // namespace titan::devices

@@ -1,0 +1,137 @@
+// The memory walk over a recorded step (devices/trace_memory.h) on hand-built traces, and the
+// memory report built from it.
+#include "devices/trace_memory.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "devices/memory_model.h"
+#include "tests/devices/transformer_trace.h"
+
+namespace titan::devices {
+namespace {
+
+// An op reading and writing storages by id (bytes per use: the storage's size).
+OpDesc op(const std::string& name, std::vector<int64_t> reads, std::vector<int64_t> writes, int64_t bytes = 100) {
+  OpDesc d = pointwise_op(name, OpKind::kElementwise, bytes, bytes);
+  for (int64_t id : reads) d.reads.push_back({id, bytes});
+  for (int64_t id : writes) d.writes.push_back({id, bytes});
+  return d;
+}
+
+TEST(TraceMemory, TemporariesLiveFromFirstToLastUse) {
+  // 1: a parameter (outlives the step); 2 made by op 0, last read by op 3 (a saved tensor);
+  // 3 made by op 1, last read by op 2; 4 made by op 4 after 2 and 3 are gone.
+  Trace t;
+  t.compute(op("aten::mm", {1}, {2}));
+  t.compute(op("aten::silu", {2}, {3}));
+  t.compute(op("aten::mul", {3}, {}));
+  t.compute(op("aten::mm_backward", {2}, {}));
+  t.compute(op("aten::add", {1}, {4}));
+  t.storages() = {{1000, true}, {100, false}, {30, false}, {120, false}};
+  const TraceMemory m = trace_memory(t);
+  EXPECT_EQ(m.state_bytes, 1000);
+  EXPECT_EQ(m.peak_temporaries, 130);  // 2 and 3 at once (ops 1-2); 4 alone is 120
+  EXPECT_EQ(m.peak_resized, 0);
+  EXPECT_EQ(m.peak_op, 1);
+  ASSERT_EQ(m.peak_by_op.size(), 2u);
+  EXPECT_EQ(m.peak_by_op[0], std::make_pair(std::string("aten::mm"), int64_t{100}));
+  EXPECT_EQ(m.peak_by_op[1], std::make_pair(std::string("aten::silu"), int64_t{30}));
+}
+
+TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
+  // Storage 1: FSDP's gathered buffer, refilled before op 1 and freed before op 3 (it was
+  // empty before the step); storage 2: a temporary over ops 0-3.
+  Trace t;
+  t.compute(op("aten::cast", {}, {2}));
+  t.storage_resizes().push_back({static_cast<int64_t>(t.compute_ops()), 1, 500});
+  t.compute(op("aten::mm", {1, 2}, {}));
+  t.compute(op("aten::mm", {1}, {}));
+  t.storage_resizes().push_back({static_cast<int64_t>(t.compute_ops()), 1, 0});
+  t.compute(op("aten::add", {2}, {}));
+  t.storages() = {{500, true}, {100, false}};
+  const TraceMemory m = trace_memory(t);
+  EXPECT_EQ(m.state_bytes, 0);  // resized storages are buffers, not state, though they outlive the step
+  EXPECT_EQ(m.peak_resized, 500);
+  EXPECT_EQ(m.peak_temporaries, 100);
+  EXPECT_EQ(m.peak_bytes, 600);
+  EXPECT_EQ(m.peak_op, 1);
+  // Freed first (a buffer full before the step): full until the free.
+  Trace u;
+  u.compute(op("aten::mm", {1}, {}));
+  u.storage_resizes().push_back({1, 1, 0});
+  u.compute(op("aten::add", {}, {2}));
+  u.storages() = {{500, true}, {700, false}};
+  const TraceMemory mu = trace_memory(u);
+  EXPECT_EQ(mu.peak_bytes, 700);  // 500 at op 0, then 700 alone
+  EXPECT_EQ(mu.peak_op, 1);
+}
+
+TEST(TraceMemory, PartsWalkAsOneTrace) {
+  Trace whole, a, b;
+  const std::vector<OpDesc> ops = {op("aten::mm", {}, {1}), op("aten::silu", {1}, {2}), op("aten::mul", {2, 1}, {3}),
+                                   op("aten::sum", {3}, {})};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    whole.compute(ops[i]);
+    (i < 2 ? a : b).compute(ops[i]);
+  }
+  const std::vector<StorageRecord> table = {{10, false}, {20, false}, {40, false}};
+  const TraceMemory one = trace_memory({&whole}, table, {});
+  const TraceMemory two = trace_memory({&a, &b}, table, {});
+  EXPECT_EQ(one.peak_bytes, 70);
+  EXPECT_EQ(two.peak_bytes, one.peak_bytes);
+  EXPECT_EQ(two.peak_op, one.peak_op);
+  // Sizes rewritten in the ranges walk again without the ops.
+  LiveRanges live = live_ranges({&whole}, table, {});
+  for (auto& r : live.ranges) r.bytes *= 3;
+  EXPECT_EQ(walk_memory(live).peak_bytes, 210);
+}
+
+TEST(TraceMemory, ReportSplitsStateAndRefusesWhatDoesNotFit) {
+  TraceMemory m;
+  m.state_bytes = 16000;  // params 4000 + optimizer 8000 + gradients 4000
+  m.peak_temporaries = 20LL << 30;
+  m.peak_resized = 1000;
+  m.peak_by_op = {{"aten::_log_softmax", 12LL << 30}, {"aten::mm", 8LL << 30}};
+  const ChipSpec v7 = find_chip("tpu-v7"), v5e = find_chip("tpu-v5e");
+  const MemoryReport r = memory_of_step(m, 4000, 8000, v7);
+  EXPECT_EQ(r.params, 4000);
+  EXPECT_EQ(r.optimizer, 8000);
+  EXPECT_EQ(r.grads, 4000);
+  EXPECT_EQ(r.activations, 20LL << 30);
+  EXPECT_EQ(r.collective_buffers, 1000);
+  EXPECT_EQ(r.total, 16000 + (20LL << 30) + 1000 + (1LL << 30));  // + the runtime's reserve
+  EXPECT_TRUE(r.fits);
+  EXPECT_NO_THROW(require_fits(r, "8 x tpu-v7"));
+
+  const MemoryReport small = memory_of_step(m, 4000, 8000, v5e);  // 16 GB
+  ASSERT_FALSE(small.fits);
+  EXPECT_NE(small.describe().find("DOES NOT FIT"), std::string::npos);
+  const auto parts = small.consumers();
+  EXPECT_EQ(parts[0].first, "activations");
+  for (size_t i = 1; i < parts.size(); ++i) EXPECT_GE(parts[i - 1].second, parts[i].second);
+  try {
+    require_fits(small, "8 x tpu-v5e, dp_shard 8");
+    FAIL() << "expected the layout to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    const std::string w = e.what();
+    EXPECT_NE(w.find("does not fit in memory (8 x tpu-v5e, dp_shard 8)"), std::string::npos) << w;
+    EXPECT_NE(w.find("largest: activations"), std::string::npos) << w;
+    EXPECT_NE(w.find("made by aten::_log_softmax 12.0 GiB, aten::mm 8.0 GiB"), std::string::npos) << w;
+    EXPECT_NE(w.find("--simulation.allow_oom"), std::string::npos) << w;
+  }
+}
+
+TEST(Qwen3Dims, ParameterCount) {
+  ModelArgs d = testing::qwen3_8b_dims();
+  // wq 4096x4096 + wk, wv 4096x1024 + wo 4096x4096 + 3 x 4096x12288 + 2 norms + q/k norms
+  int64_t layer = 16777216 + 2 * 4194304 + 16777216 + 3 * 50331648 + 2 * 4096 + 2 * 128;
+  EXPECT_EQ(d.layer_params(), layer);
+  EXPECT_EQ(layer, 192946432);
+  EXPECT_EQ(d.num_params(), 36 * layer + 2 * 151936LL * 4096 + 4096);
+  EXPECT_EQ(d.num_params(), 8190735360);  // docs/models.md: 8.19B
+}
+
+}  // namespace
+}  // namespace titan::devices

@@ -1,0 +1,64 @@
+// Memory from the recorded step (devices/trace_memory.h) on the trainer's own steps: state is
+// what the trainer stores, activations follow the batch and activation checkpointing, FSDP's
+// gathered buffers are a unit or two at a time, and the report adds them up.
+#include <gtest/gtest.h>
+
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan {
+namespace {
+
+JobConfig memory_config(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_8b.toml",
+                                   "--job.dump_folder", "/tmp/titan_simulate_memory_test",
+                                   "--model.n_layers", "4", "--model.dim", "256", "--model.ffn_dim", "768",
+                                   "--model.n_heads", "4", "--model.n_kv_heads", "2", "--model.head_dim", "64",
+                                   "--model.vocab_size", "4096", "--training.seq_len", "512",
+                                   "--simulation.num_chips", "8", "--simulation.device", "tpu-v5p",
+                                   "--training.local_batch_size", "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return load_job_config(args);
+}
+
+TEST(SimulateMemory, StateIsWhatTheTrainerStores) {
+  const RecordedStep rec = record_step(memory_config({"--activation_checkpoint.mode", "none"}));
+  // Parameters, their gradients and two AdamW states, all in the parameter dtype; anything
+  // else the trainer keeps across steps is small.
+  const int64_t params = rec.local_params * rec.param_elem_bytes;
+  EXPECT_GE(rec.memory.state_bytes, 4 * params);
+  EXPECT_LT(rec.memory.state_bytes, 4 * params + (int64_t{1} << 20));
+}
+
+TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
+  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.peak_temporaries; };
+  const int64_t none = peak({"--activation_checkpoint.mode", "none"});
+  const int64_t none4 = peak({"--activation_checkpoint.mode", "none", "--training.local_batch_size", "4"});
+  const int64_t full = peak({"--activation_checkpoint.mode", "full"});
+  const int64_t every2 = peak({"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_every", "2"});
+  // Twice the rows: twice the saved tensors and logits (a few buffers do not scale).
+  EXPECT_GT(none4, 1.8 * none);
+  EXPECT_LT(none4, 2.05 * none);
+  EXPECT_LT(full, every2);
+  EXPECT_LT(every2, none);
+}
+
+TEST(SimulateMemory, FsdpBuffersHoldAUnitOrTwoAndTheReportAddsUp) {
+  const JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none"});
+  const RecordedStep rec = record_step(cfg);
+  const SimulationResult r = replay_step(cfg, rec, rec.chip, rec.placement);
+  // The gathered parameters of the current block and the prefetched next one, never the
+  // whole model (8 shards of it are stored).
+  const int64_t unsharded = rec.local_params * 8 * rec.param_elem_bytes;
+  EXPECT_GT(rec.memory.peak_resized, 0);
+  EXPECT_LT(rec.memory.peak_resized, unsharded / 2);
+  EXPECT_EQ(r.memory.activations, rec.memory.peak_temporaries);
+  EXPECT_EQ(r.memory.collective_buffers, rec.memory.peak_resized);
+  EXPECT_EQ(r.memory.params + r.memory.grads + r.memory.optimizer, rec.memory.state_bytes);
+  EXPECT_EQ(r.memory.total, rec.memory.state_bytes + rec.memory.peak_bytes + r.memory.runtime_reserve);
+  ASSERT_FALSE(r.memory.peak_by_op.empty());
+  EXPECT_EQ(r.memory.peak_by_op.front().first.rfind("aten::", 0), 0u) << r.memory.peak_by_op.front().first;
+}
+
+}  // namespace
+}  // namespace titan
