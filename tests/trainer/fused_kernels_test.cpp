@@ -157,6 +157,28 @@ TEST(FusedKernels, LinearMatchesMatmul) {
   }
 }
 
+// Layers that read one x (q/k/v, gate/up) as one node: each output as its own matmul, x's
+// gradient the sum over the layers (summed in the GEMMs), each weight's gradient its own.
+TEST(FusedKernels, LinearsSharingAnInputMatchMatmuls) {
+  for (auto dt : kDtypes) {
+    torch::manual_seed(3);
+    auto x = torch::randn({2, 11, 24}, dt), w0 = torch::randn({16, 24}, dt), w1 = torch::randn({8, 24}, dt),
+         w2 = torch::randn({5, 24}, dt);
+    auto joined = [](const std::vector<torch::Tensor>& ys) {
+      std::vector<torch::Tensor> flat;
+      for (const auto& y : ys) flat.push_back(y.flatten());
+      return torch::cat(flat);
+    };
+    auto fused = [&](auto& t) { return joined(fused_linears(t[0], {t[1], t[2], t[3]})); };
+    auto composite = [&](auto& t) {
+      return joined({torch::matmul(t[0], t[1].t()), torch::matmul(t[0], t[2].t()), torch::matmul(t[0], t[3].t())});
+    };
+    expect_same(fused, composite, {x, w0, w1, w2}, {0, 1, 2, 3}, "linears");
+    expect_same(fused, composite, {x, w0, w1, w2}, {0, 2}, "linears, some gradients");
+    if (dt == torch::kFloat64) expect_gradcheck(fused, {x, w0, w1, w2}, {0, 1, 2, 3}, "linears");
+  }
+}
+
 // aten ops run on this thread while counting is on (a RecordFunction callback).
 thread_local std::vector<std::string>* g_ops = nullptr;
 std::unique_ptr<at::ObserverContext> note_op(const at::RecordFunction& fn) {

@@ -43,6 +43,26 @@ torch::Tensor linear_output_like(const torch::Tensor& x, const torch::Tensor& w)
   return torch::empty(shape, x.options());
 }
 
+// x through layers that all read it (q/k/v, gate/up): as one fused node where each layer
+// would take the fused linear on its own and no plan wraps any of them (a wrap may change x
+// or the product per layer: TP's row layers, a pipeline's deferred weight gradients), so
+// the input gradient is summed inside the GEMMs (linear_kernel.h); else layer by layer.
+// On the meta device, in a recording that keeps the fused kernels, the same grouping's
+// stand-in, so that the recording holds the real run's ops.
+std::vector<torch::Tensor> shared_input_linears(const std::vector<Linear*>& layers, const torch::Tensor& x) {
+  bool together = true;
+  std::vector<torch::Tensor> weights;
+  for (Linear* l : layers) {
+    together = together && (*l)->fused && !(*l)->wrap && (*l)->weight.scalar_type() == x.scalar_type();
+    weights.push_back((*l)->weight);
+  }
+  if (together && fusable(x)) return fused_linears(x, weights);
+  if (together && fusable_on_meta(x) && meta_records_fused_kernels()) return meta_shared_input_linears(x, weights);
+  std::vector<torch::Tensor> out;
+  for (Linear* l : layers) out.push_back((*l)(x));
+  return out;
+}
+
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
@@ -120,9 +140,10 @@ AttentionImpl::AttentionImpl(const ModelArgs& a, const torch::TensorOptions& opt
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t B = x.size(0), S = x.size(1);
-  auto q = wq(x).view({B, S, -1, head_dim});
-  auto k = wk(x).view({B, S, -1, head_dim});
-  auto v = wv(x).view({B, S, -1, head_dim});
+  auto qkv = shared_input_linears({&wq, &wk, &wv}, x);
+  auto q = qkv[0].view({B, S, -1, head_dim});
+  auto k = qkv[1].view({B, S, -1, head_dim});
+  auto v = qkv[2].view({B, S, -1, head_dim});
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -179,7 +200,8 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::Tens
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  auto gate = w1(x), up = w3(x);
+  auto gate_up = shared_input_linears({&w1, &w3}, x);
+  auto &gate = gate_up[0], &up = gate_up[1];
   if (fused && fusable(gate) && up.scalar_type() == gate.scalar_type()) return w2(fused_swiglu(gate, up));
   return w2(composite_or_stand_in(fused && fusable_on_meta(gate) && up.scalar_type() == gate.scalar_type(),
                                   kFusedSwigluScope, {gate, up}, [&] { return torch::empty(gate.sizes(), gate.options()); },

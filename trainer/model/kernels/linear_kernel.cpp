@@ -41,49 +41,75 @@ bool accumulates_in_place(const torch::Tensor& w) {
   return acc && acc->pre_hooks().empty() && acc->post_hooks().empty();
 }
 
-struct LinearFunction : public torch::autograd::Function<LinearFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w) {
+// y_i = x W_i^T for one or more weights that read the same x, as one autograd node. Why one
+// node for several: autograd sums the input gradients of separate layers that read one
+// tensor (q/k/v, gate/up) with an add pass over [tokens, in] per extra layer; here each
+// further dy_i W_i goes into dx with beta 1 (OpenBLAS adds it into C as it goes), so the
+// sum costs no pass of its own. Forward products and weight gradients stay one GEMM per
+// weight, as for a single layer.
+struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                torch::TensorList weights) {
     auto x2 = rows_of(x);
-    auto y = chosen_mm("linear.forward", x2, w.t());
-    ctx->save_for_backward({x2, w});
+    torch::autograd::variable_list ys, saved = {x2};
+    for (const auto& w : weights) {
+      auto shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      ys.push_back(chosen_mm("linear.forward", x2, w.t()).view(shape));
+      saved.push_back(w);
+    }
+    ctx->save_for_backward(saved);
     ctx->saved_data["shape"] = x.sizes().vec();
-    auto shape = x.sizes().vec();
-    shape.back() = w.size(0);
-    return y.view(shape);
+    return ys;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto &x2 = saved[0], &w = saved[1];
-    auto dy = rows_of(grads[0]);
-    torch::Tensor dx, dw;
-    if (ctx->needs_input_grad(0)) {
-      dx = chosen_mm("linear.input_grad", dy, w).view(ctx->saved_data["shape"].toIntVector());
-    }
-    if (ctx->needs_input_grad(1)) {
+    const auto& x2 = saved[0];
+    torch::Tensor dx;
+    torch::autograd::variable_list out(saved.size());
+    for (size_t i = 0; i + 1 < saved.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      const auto& w = saved[i + 1];
+      auto dy = rows_of(grads[i]);
+      if (ctx->needs_input_grad(0)) {
+        if (!dx.defined()) {
+          dx = chosen_mm("linear.input_grad", dy, w);
+        } else {
+          with_chosen_threads("linear.input_grad_sum", dy.size(0), dy.size(1), w.size(1), [&] { dx.addmm_(dy, w); });
+        }
+      }
+      if (!ctx->needs_input_grad(i + 1)) continue;
       if (accumulates_in_place(w)) {
         auto g = w.grad();
         // An undefined gradient for w: autograd then skips its AccumulateGrad, the sum is done.
         with_chosen_threads("linear.weight_grad_in_place", dy.size(1), dy.size(0), x2.size(1),
                             [&] { g.addmm_(dy.t(), x2); });
       } else {
-        dw = chosen_mm("linear.weight_grad", dy.t(), x2);
+        out[i + 1] = chosen_mm("linear.weight_grad", dy.t(), x2);
       }
     }
-    return {dx, dw};
+    if (dx.defined()) out[0] = dx.view(ctx->saved_data["shape"].toIntVector());
+    return out;
   }
 };
 
 }  // namespace
 
+std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights) {
+  TITAN_CHECK(!weights.empty(), "fused_linear: needs at least one weight");
+  for (const auto& w : weights) {
+    TITAN_CHECK(fusable(x) && w.scalar_type() == x.scalar_type() && w.dim() == 2 && x.dim() >= 1 &&
+                    x.size(-1) == w.size(1),
+                "fused_linear: needs float or double CPU x [..., in] and weight [out, in] of one dtype, got x ",
+                x.sizes(), " ", x.scalar_type(), " and weight ", w.sizes(), " ", w.scalar_type());
+  }
+  return LinearsFunction::apply(x, torch::TensorList(weights));
+}
+
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight) {
-  TITAN_CHECK(fusable(x) && weight.scalar_type() == x.scalar_type() && weight.dim() == 2 && x.dim() >= 1 &&
-                  x.size(-1) == weight.size(1),
-              "fused_linear: needs float or double CPU x [..., in] and weight [out, in] of one dtype, got x ",
-              x.sizes(), " ", x.scalar_type(), " and weight ", weight.sizes(), " ", weight.scalar_type());
-  return LinearFunction::apply(x, weight);
+  return fused_linears(x, {weight})[0];
 }
 
 bool linear_weight_grad_in_place(const torch::Tensor& w) { return accumulates_in_place(w); }

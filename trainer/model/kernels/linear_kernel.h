@@ -11,6 +11,9 @@ namespace titan {
 // x [..., in] @ W^T for float or double CPU tensors of one dtype, W [out, in]; the same
 // value as torch::matmul(x, W.t()).
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight);
+// x @ W_i^T for each weight, as one autograd node whose backward sums the input gradient
+// over the weights in the GEMMs themselves (the q/k/v and gate/up projections read one x).
+std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
 // Whether the fused linear's backward sums w's gradient into w.grad() in place (no fresh
 // product for autograd to add): the meta stand-in follows the same rule, so a recording of
 // gradient accumulation holds the adds a real run makes and no others.

@@ -41,7 +41,44 @@ struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction>
   }
 };
 
+// One layer of a group that reads one x (meta_shared_input_linears): the product's stand-in
+// and, but for the last layer, x handed on to the next one as a fresh tensor. x then has one
+// consumer in the graph, and its gradient comes back through the chain with no sum by
+// autograd, as in the real kernel, which sums the layers' input gradients in its GEMMs.
+struct MetaLinearLinkFunction : public torch::autograd::Function<MetaLinearLinkFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& w, bool hand_on) {
+    ctx->save_for_backward({x, w});
+    auto shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    torch::autograd::variable_list out = {torch::empty(shape, x.options())};
+    if (hand_on) out.push_back(torch::empty_like(x));
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    return {ctx->needs_input_grad(0) ? torch::empty_like(x) : torch::Tensor(),
+            ctx->needs_input_grad(1) && !linear_weight_grad_in_place(w) ? torch::empty_like(w) : torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights) {
+  std::vector<torch::Tensor> ys;
+  torch::Tensor cur = x;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    RECORD_FUNCTION(kFusedLinearScope, std::vector<c10::IValue>({cur, weights[i]}));
+    auto out = MetaLinearLinkFunction::apply(cur, weights[i], i + 1 < weights.size());
+    ys.push_back(out[0]);
+    if (out.size() > 1) cur = out[1];
+  }
+  return ys;
+}
 
 bool meta_records_fused_kernels() { return records_fused.load(std::memory_order_relaxed); }
 void set_meta_records_fused_kernels(bool on) { records_fused.store(on, std::memory_order_relaxed); }

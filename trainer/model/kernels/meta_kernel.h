@@ -24,4 +24,8 @@ void set_meta_records_fused_kernels(bool on);
 torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inputs,
                           const std::vector<torch::Tensor>& differentiable, const std::function<torch::Tensor()>& output);
 
+// The stand-in of fused_linears (linear_kernel.h), layers that read one x: one linear scope
+// per weight, as the real kernel's products, and x's gradient returned once (no autograd sum).
+std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+
 }  // namespace titan
