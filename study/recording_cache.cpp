@@ -60,7 +60,11 @@ std::shared_ptr<RecordedStep> RecordingCache::Spares::take() {
   });
 }
 
-RecordingCache::RecordingCache() : recorder_([this] { recorder_loop(); }) {}
+RecordingCache::RecordingCache(std::vector<std::unique_ptr<Recorder>> recorders)
+    : recorders_(std::move(recorders)), in_processes_(!recorders_.empty()) {
+  if (recorders_.empty()) recorders_.push_back(in_process_recorder());
+  for (auto& r : recorders_) threads_.emplace_back([this, rec = r.get()] { recorder_loop(*rec); });
+}
 
 RecordingCache::~RecordingCache() {
   {
@@ -68,40 +72,28 @@ RecordingCache::~RecordingCache() {
     stop_ = true;
   }
   queue_cv_.notify_all();
-  recorder_.join();
+  for (auto& t : threads_) t.join();
 }
 
-void RecordingCache::recorder_loop() {
-  bool warmed = false;
+void RecordingCache::recorder_loop(Recorder& recorder) {
   for (;;) {
     std::unique_lock<std::mutex> lock(queue_mu_);
     queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;
-    auto [cfg, job] = std::move(queue_.front());
+    Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     const auto t0 = std::chrono::steady_clock::now();
-    // The first step recorded on a new thread differs from every later one (by up to 2% of
-    // the step time: libtorch's per-thread first-use work lands in the trace), so the
-    // thread records its first config once and discards it.
-    if (!warmed) {
-      warmed = true;
-      try {
-        (void)record_step(cfg);
-      } catch (...) {
-        warmed = false;  // a config that fails to record warms nothing
-      }
-    }
-    job();  // sets its promise, value or exception
+    job(recorder);  // sets its promise, value or exception
     ++recordings_;
     record_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
 }
 
-void RecordingCache::enqueue(const JobConfig& cfg, std::function<void()> job) {
+void RecordingCache::enqueue(Job job) {
   {
     std::lock_guard<std::mutex> qlock(queue_mu_);
-    queue_.emplace_back(cfg, std::move(job));
+    queue_.push_back(std::move(job));
   }
   queue_cv_.notify_one();
 }
@@ -110,17 +102,16 @@ std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { 
 
 template <class T, class Make>
 std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
-    std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
-    const JobConfig& cfg, Make make) {
+    std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key, Make make) {
   std::lock_guard<std::mutex> lock(map_mu_);
   auto it = map.find(key);
   if (it != map.end()) return it->second;
   auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
   auto fut = promise->get_future().share();
   map.emplace(key, fut);
-  enqueue(cfg, [promise, make] {
+  enqueue([promise, make](Recorder& recorder) {
     try {
-      promise->set_value(make());
+      promise->set_value(make(recorder));
     } catch (...) {
       promise->set_exception(std::current_exception());
     }
@@ -129,13 +120,14 @@ std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg) {
-  return cached(entries_, key(cfg), cfg, [cfg] { return std::make_shared<const RecordedStep>(record_step(cfg)); });
+  return cached(entries_, key(cfg),
+                [cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); });
 }
 
 RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) {
   // Every degree of a layout has the same key at degree 2.
-  return cached(probes_, key(with_shard_degree(cfg, 2)), cfg, [this, cfg] {
-    auto probe = std::make_shared<const ProbeRecording>(record_probe(cfg, probe_degree_.load()));
+  return cached(probes_, key(with_shard_degree(cfg, 2)), [this, cfg](Recorder& r) {
+    auto probe = std::make_shared<const ProbeRecording>(r.probe(cfg, probe_degree_.load()));
     probe_degree_ = probe->degree;
     return probe;
   });

@@ -1,10 +1,9 @@
 // RecordingCache: one recorded step per distinct per-rank shape, shared by every study point
-// that replays it (other devices, topologies, execution modes). Recording drives libtorch's
-// global RecordFunction callbacks and the process-wide sim World, so recordings run one at a
-// time, all on one dedicated thread (recordings made on different threads came out up to 2%
-// apart: the first step a thread records includes libtorch's per-thread first-use work, so
-// the recorder thread discards its first recording); replays run in parallel on the shared,
-// read-only recordings. Used by evaluate.cpp.
+// that replays it (other devices, topologies, execution modes). Recordings are made by
+// recorders (study/recorder_pool.h): recorder processes, several at once, or this process,
+// where recording drives libtorch's global RecordFunction callbacks and the process-wide sim
+// World, so one at a time; each recorder has a thread here that feeds it from one queue.
+// Replays run in parallel on the shared, read-only recordings. Used by evaluate.cpp.
 #pragma once
 
 #include <atomic>
@@ -21,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "study/recorder_pool.h"
 #include "trainer/config/job_config.h"
 #include "trainer/simulate/shard_resize.h"
 #include "trainer/simulate/simulate.h"
@@ -29,7 +29,8 @@ namespace titan::study {
 
 class RecordingCache {
  public:
-  RecordingCache();
+  // No recorders: one in this process.
+  explicit RecordingCache(std::vector<std::unique_ptr<Recorder>> recorders = {});
   ~RecordingCache();
   RecordingCache(const RecordingCache&) = delete;
   RecordingCache& operator=(const RecordingCache&) = delete;
@@ -38,7 +39,7 @@ class RecordingCache {
   // (a config error: degrees, divisibility) rethrows the same error to every later caller.
   std::shared_ptr<const RecordedStep> get(const JobConfig& cfg);
   // The same, without waiting: queues the recording (if new) and returns where it will be, so
-  // that a caller needing several recordings keeps the recorder thread busy. A resized step
+  // that a caller needing several recordings keeps the recorders busy. A resized step
   // is made by whoever waits on it first (on that thread) and is not kept: it takes a
   // millisecond to make and as much memory as a recording.
   // counted = false: a prefetch, not a lookup (lookups() counts what points replay).
@@ -58,7 +59,9 @@ class RecordingCache {
 
   int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
   int64_t lookups() const { return lookups_; }
-  double record_seconds() const;                       // wall time spent recording
+  double record_seconds() const;  // time spent recording, summed over the recorders
+  size_t recorders() const { return recorders_.size(); }
+  bool recording_in_processes() const { return in_processes_; }
 
   // What determines the recorded per-rank step: the config without the keys that only the
   // replay reads (device, chip count, topology, execution, allow_oom, output and logging
@@ -67,17 +70,16 @@ class RecordingCache {
   static std::string key(const JobConfig& cfg);
 
  private:
-  void recorder_loop();
-  // Queues a recording job; cfg is what the thread's discarded first recording records.
-  void enqueue(const JobConfig& cfg, std::function<void()> job);
+  void recorder_loop(Recorder& recorder);
+  using Job = std::function<void(Recorder&)>;
+  void enqueue(Job job);
   std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   ProbeFuture request_probe(const JobConfig& cfg);
-  // map[key], or a new entry that the recorder thread fills with make().
+  // map[key], or a new entry that a recorder fills with make(recorder).
   template <class T, class Make>
   std::shared_future<std::shared_ptr<const T>> cached(
-      std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
-      const JobConfig& cfg, Make make);
+      std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key, Make make);
 
   // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
   // of a recording is thousands of small allocations, and as many frees).
@@ -96,12 +98,14 @@ class RecordingCache {
   mutable std::mutex why_mu_;
   std::string first_not_resized_;
   std::atomic<int64_t> probe_degree_{3};  // the last probe degree that worked: tried first
-  // The recorder thread's queue: what to record (and its config, for the warm-up).
+  // The recorders' queue: what to record.
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<JobConfig, std::function<void()>>> queue_;
+  std::deque<Job> queue_;
   bool stop_ = false;
-  std::thread recorder_;
+  std::vector<std::unique_ptr<Recorder>> recorders_;
+  bool in_processes_ = false;
+  std::vector<std::thread> threads_;  // one per recorder
 };
 
 }  // namespace titan::study

@@ -3,11 +3,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "common/error.h"
 #include "study/best_layout_table.h"
 #include "study/layout_search.h"
 #include "study/plots.h"
+#include "study/recorder_pool.h"
 #include "study/results_io.h"
 #include "study/sweep_runner.h"
 #include "trainer/simulate/chrome_trace.h"
@@ -18,7 +20,7 @@ namespace titan::study {
 std::string study_usage() {
   return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
          "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--full-depth]\n"
-         "                   [--every-degree]\n"
+         "                   [--every-degree] [--recorders N]\n"
          "                   [--section.key VALUE ...]\n"
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
@@ -27,6 +29,8 @@ std::string study_usage() {
          "            shallow recordings; for comparisons)\n"
          "  --every-degree  record every dp_shard degree (no resizing of one degree's recording;\n"
          "            for comparisons)\n"
+         "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
+         "            0 records in this process, one step at a time\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
 }
@@ -38,13 +42,14 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
                "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
                "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
                "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
-               "degree's recording, %lld not%s%s\n",
+               "degree's recording, %lld not%s%s; %zu recorder%s%s\n",
                what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
                static_cast<long long>(cache.recordings()), cache.record_seconds(),
                static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
                static_cast<long long>(cache.full_depth.load()), static_cast<long long>(cache.resized.load()),
                static_cast<long long>(cache.not_resized.load()), cache.not_resized.load() ? " (first: " : "",
-               cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "");
+               cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "", cache.recorders(),
+               cache.recorders() == 1 ? "" : "s", cache.recording_in_processes() ? " (processes)" : " (in-process)");
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
@@ -64,7 +69,7 @@ int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
   bool search = false, plots = true, trace = false, full_depth = false, every_degree = false;
-  int threads = 0;
+  int threads = 0, recorders = -1;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -90,13 +95,17 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--trace") trace = true;
     else if (a == "--full-depth") full_depth = true;
     else if (a == "--every-degree") every_degree = true;
+    else if (a == "--recorders") recorders = count(value());
     else cfg_args.push_back(a);
   }
+  // Before anything starts a thread (recorder_pool.h): as many recorders as threads.
+  if (recorders < 0) recorders = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<Recorder>> recorder_processes = start_recorder_processes(recorders);
   TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
                      "titan-study: give --study SWEEP.toml, --search, --trace or a combination\n", study_usage());
   const JobConfig base = load_job_config(cfg_args);
   const PriceTable prices = read_prices(prices_path);
-  RecordingCache cache;
+  RecordingCache cache(std::move(recorder_processes));
   cache.layer_extrapolation = !full_depth;
   cache.resize_shards = !every_degree;
   SweepFile sweep;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "devices/trace_memory.h"
 #include "parallel/fsdp_observer.h"
+#include "trainer/simulate/shard_notes.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
 
@@ -25,31 +26,7 @@ constexpr int64_t kElem[] = {1, 2, 4, 8};
 
 int64_t shard_len(int64_t numel, int64_t w) { return (numel + w - 1) / w; }
 
-// One list collective FSDP issued.
-struct Call {
-  devices::CollectiveKind kind = devices::CollectiveKind::kAllGather;
-  std::string group;  // as the trace names it (placement_group)
-  std::vector<int64_t> numels, elem;
-  std::vector<at::ScalarType> dtypes;
-  bool padded = true;
-  int64_t position = 0;  // collectives the rank had issued before it: its own come next
-};
-
-}  // namespace
-
-// What FSDP noted during one recording, per FSDP plan (one per pipeline rank, in order).
-struct ShardNotes {
-  struct Rank {
-    int64_t degree = 0;
-    std::vector<int64_t> numels;
-    std::unordered_map<int64_t, int64_t> seeds;  // storage id (TensorUse::id) -> parameter numel
-    std::vector<Call> calls;
-  };
-  std::vector<Rank> ranks;
-  std::string conflict;  // a note that does not fit (then nothing is resized)
-};
-
-namespace {
+using Call = ShardCall;
 
 bool distinguishable(int64_t numel, int64_t w, std::string* why);
 
@@ -394,6 +371,20 @@ JobConfig with_shard_degree(const JobConfig& cfg, int64_t w) {
   return c;
 }
 
+ProbeRecording make_probe(RecordedStep step, int64_t degree, ShardNotes notes, const JobConfig& cfg) {
+  ProbeRecording out;
+  out.step = std::move(step);
+  out.degree = degree;
+  out.plan = std::make_shared<ShardPlan>();
+  out.plan->notes = std::move(notes);
+  out.plan->degree = degree;
+  out.plan->fused = cfg.comm.collective_mode == CollectiveMode::kFused;
+  out.plan->cap = cap_bytes(cfg);
+  return out;
+}
+
+const ShardNotes& probe_notes(const ProbeRecording& probe) { return probe.plan->notes; }
+
 ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
   TITAN_CHECK(shard_resizable(cfg), "record_probe: the layout has no dp_shard degree to resize");
   std::vector<int64_t> degrees = {3, 5, 7, 11, 13, 17, 19, 23, 29, 31};
@@ -411,7 +402,6 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
       why = e.what();
       continue;
     }
-    out.degree = w;
     const size_t ranks = out.step.pipeline ? out.step.pipeline->ranks.size() : 1;
     TITAN_CHECK(notes.conflict.empty(), "shard resizing: ", notes.conflict);
     TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(), " FSDP plans for ", ranks,
@@ -421,12 +411,7 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
     out.step.calls.clear();
     if (out.step.pipeline)
       for (auto& c : out.step.pipeline->calls) c.clear();
-    out.plan = std::make_shared<ShardPlan>();
-    out.plan->notes = std::move(notes);
-    out.plan->degree = w;
-    out.plan->fused = cfg.comm.collective_mode == CollectiveMode::kFused;
-    out.plan->cap = cap_bytes(cfg);
-    return out;
+    return make_probe(std::move(out.step), w, std::move(notes), cfg);
   }
   TITAN_FAIL("shard resizing: no probe degree tells every shard size apart (", why, ")");
 }

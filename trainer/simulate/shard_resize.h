@@ -48,6 +48,13 @@ JobConfig with_shard_degree(const JobConfig& cfg, int64_t w);
 // titan::Error when no probe degree works.
 ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree = 3);
 
+// A probe from its parts: the step recorded at `degree` (calls cleared) and what FSDP noted
+// meanwhile; cfg gives the collective mode and bucket cap. record_probe's result, and a probe
+// carried from a recorder process (trainer/simulate/recording_wire.h).
+struct ShardNotes;  // shard_notes.h
+ProbeRecording make_probe(RecordedStep step, int64_t degree, ShardNotes notes, const JobConfig& cfg);
+const ShardNotes& probe_notes(const ProbeRecording& probe);
+
 // The probe's recording rewritten for cfg's dp_shard degree (cfg: the target config, for the
 // collective bucket cap and mode). false, with why, when it cannot be done exactly. The
 // result has no Communicator calls (RecordedStep::calls) and the probe's placement.

@@ -1,0 +1,143 @@
+// Recordings carried as bytes (trainer/simulate/recording_wire.h) and made in recorder
+// processes (study/recorder_pool.h): a round-tripped step is the recorded one field by field
+// (its data flow rebuilt), replays to the identical step and resizes like it; a damaged message
+// is an error; a recorder process records what this process records, and its errors arrive
+// with their kind and text.
+#include "study/recorder_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "same_step.h"
+#include "study/evaluate.h"
+#include "study_fixture.h"
+#include "trainer/simulate/recording_wire.h"
+
+namespace titan::study {
+namespace {
+
+using testing::expect_same_step;
+using testing::tiny_config;
+
+const std::vector<std::string> kPipeline = {"--parallelism.pipeline_parallel_degree",
+                                            "2",
+                                            "--activation_checkpoint.mode",
+                                            "none",
+                                            "--training.local_batch_size",
+                                            "2",
+                                            "--parallelism.pipeline_parallel_microbatch_size",
+                                            "1"};
+
+// Where two encodings first differ ("" when equal): the bytes themselves are no message.
+std::string first_difference(const std::string& a, const std::string& b) {
+  if (a == b) return "";
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return "differ from byte " + std::to_string(i) + " (sizes " + std::to_string(a.size()) + ", " +
+         std::to_string(b.size()) + ")";
+}
+
+void expect_same_replay(const JobConfig& cfg, const RecordedStep& a, const RecordedStep& b,
+                        const std::string& what) {
+  const devices::ChipSpec chip = simulated_chip(cfg);
+  const SimulationResult x = replay_step(cfg, a, chip, a.placement),
+                         y = replay_step(cfg, b, chip, a.placement);
+  EXPECT_EQ(x.report.step_time_s, y.report.step_time_s) << what;
+  EXPECT_EQ(x.report.compute_s, y.report.compute_s) << what;
+  EXPECT_EQ(x.report.exposed_comm_s, y.report.exposed_comm_s) << what;
+  EXPECT_EQ(x.memory.total, y.memory.total) << what;
+  EXPECT_EQ(x.mfu_percent, y.mfu_percent) << what;
+}
+
+TEST(RecordingWire, RoundTrippedStepsReplayToTheIdenticalStep) {
+  for (const auto& [label, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"fsdp 8, fused", {}},
+           {"tp 2 x dp_shard 4, separate",
+            {"--parallelism.tensor_parallel_degree", "2", "--comm.collective_mode", "separate"}},
+           {"pp 2 x dp_shard 4", kPipeline}}) {
+    SCOPED_TRACE(label);
+    const JobConfig cfg = tiny_config(args);
+    const RecordedStep rec = record_step(cfg);
+    const std::string bytes = encode_step(rec);
+    RecordedStep back = decode_step(bytes);
+    // Every carried field (the op and event structs are guarded by their sizes in
+    // recording_wire.cpp) encodes to the same bytes again; the data flow, which is rebuilt, is
+    // compared event by event.
+    EXPECT_EQ(first_difference(encode_step(back), bytes), "");
+    expect_same_step(rec, back, label);
+    EXPECT_EQ(rec.op_counts, back.op_counts);
+    ASSERT_EQ(rec.calls.size(), back.calls.size());
+    back.chip = rec.chip;
+    back.placement = rec.placement;
+    expect_same_replay(cfg, rec, back, label);
+  }
+}
+
+TEST(RecordingWire, RoundTrippedProbeResizesLikeTheRecordedOne) {
+  for (const auto& args : {std::vector<std::string>{}, kPipeline}) {
+    const JobConfig at2 = tiny_config(args);  // dp_shard 4 on 8 chips (pp 2: 4 per stage)
+    const ProbeRecording probe = record_probe(at2);
+    const ProbeRecording back = decode_probe(encode_probe(probe), at2);
+    EXPECT_EQ(back.degree, probe.degree);
+    EXPECT_EQ(first_difference(encode_probe(back), encode_probe(probe)), "");
+    RecordedStep a, b;
+    std::string why;
+    ASSERT_TRUE(resize_for_shard_degree(probe, at2, &a, &why)) << why;
+    ASSERT_TRUE(resize_for_shard_degree(back, at2, &b, &why)) << why;
+    expect_same_step(a, b, "resized to dp_shard 4");
+  }
+}
+
+TEST(RecordingWire, DamagedMessagesAreErrors) {
+  const std::string bytes = encode_step(record_step(tiny_config()));
+  for (size_t cut : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
+    try {
+      (void)decode_step(std::string_view(bytes).substr(0, cut));
+      ADD_FAILURE() << "a message cut at byte " << cut << " decoded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("recording message"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)decode_step(bytes + "x"), Error);  // bytes left over
+}
+
+TEST(RecorderPool, RecorderProcessRecordsWhatThisProcessRecords) {
+  // Forks only while this process has one thread: first in its test process (ctest runs each
+  // test alone), not after other tests started libtorch's threads.
+  std::vector<std::unique_ptr<Recorder>> remote = start_recorder_processes(1);
+  if (remote.empty()) GTEST_SKIP() << "this process already runs threads: no recorder process";
+  std::unique_ptr<Recorder> local = in_process_recorder();
+  const JobConfig cfg = tiny_config({"--parallelism.tensor_parallel_degree", "2"});
+  const RecordedStep a = local->record(cfg), b = remote[0]->record(cfg);
+  expect_same_step(a, b, "tp 2 x dp_shard 4");
+  EXPECT_EQ(first_difference(encode_step(a), encode_step(b)), "");
+  EXPECT_EQ(a.placement.describe(), b.placement.describe());
+  expect_same_replay(cfg, a, b, "tp 2 x dp_shard 4");
+  const ProbeRecording p = local->probe(cfg, 3), q = remote[0]->probe(cfg, 3);
+  EXPECT_EQ(p.degree, q.degree);
+  EXPECT_EQ(first_difference(encode_probe(p), encode_probe(q)), "");
+  // A config error arrives as one, with the recorder's message.
+  const JobConfig bad = tiny_config({"--parallelism.tensor_parallel_degree", "3"});
+  std::string here, there;
+  ErrorKind kind = ErrorKind::kRuntime;
+  try {
+    (void)local->record(bad);
+  } catch (const Error& e) {
+    here = e.what();
+  }
+  try {
+    (void)remote[0]->record(bad);
+  } catch (const Error& e) {
+    there = e.what();
+    kind = e.kind();
+  }
+  EXPECT_FALSE(here.empty());
+  EXPECT_EQ(here, there);
+  EXPECT_EQ(kind, ErrorKind::kConfig);
+}
+
+}  // namespace
+}  // namespace titan::study
