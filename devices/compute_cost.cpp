@@ -280,18 +280,18 @@ double ComputeModel::rate_under_comm(const Kernel& k) const {
 // optimizer's state). Without it (synthetic traces), each op is assumed to consume its
 // predecessor's output in registers and only the chain's last output is written:
 //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
-double ComputeModel::fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j,
+double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
                                  const OpDesc* mm) const {
   bool flow = true;
   for (size_t x = i; x < j; ++x)
-    flow &= ops[x].kind == OpKind::kView ||
-            (ops[x].index >= 0 && !(ops[x].reads.empty() && ops[x].writes.empty()));
+    flow &= ops[x]->kind == OpKind::kView ||
+            (ops[x]->index >= 0 && !(ops[x]->reads.empty() && ops[x]->writes.empty()));
   double reads = 0, writes = 0;
   if (flow) {
-    const int64_t first = ops[i].index, last = ops[j - 1].index;
+    const int64_t first = ops[i]->index, last = ops[j - 1]->index;
     std::vector<int64_t> seen;
     for (size_t x = i; x < j; ++x) {
-      const OpDesc& f = ops[x];
+      const OpDesc& f = *ops[x];
       if (f.kind == OpKind::kView) continue;
       for (size_t r = 0; r < f.reads.size(); ++r) {
         const int64_t from = f.read_from[r];
@@ -308,7 +308,7 @@ double ComputeModel::fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_
   }
   int64_t prev_written = -1;
   for (size_t x = i; x < j; ++x) {
-    const OpDesc& f = ops[x];
+    const OpDesc& f = *ops[x];
     if (f.kind == OpKind::kView) continue;
     reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
                               : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
@@ -320,11 +320,20 @@ double ComputeModel::fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_
 }
 
 std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
+  std::vector<const OpDesc*> at;
+  for (const OpDesc& op : ops) at.push_back(&op);
   std::vector<Kernel> out;
+  lower(at, &out);
+  return out;
+}
+
+void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kernel>* kernels) const {
+  std::vector<Kernel>& out = *kernels;
+  out.clear();
   const ExecutionOverheads& o = overheads_;
   size_t i = 0;
   while (i < ops.size()) {
-    const OpDesc& op = ops[i];
+    const OpDesc& op = *ops[i];
     if (!o.fuse_elementwise || !fusable(op.kind)) {
       Kernel k;
       k.category = op_kind_name(op.kind);
@@ -353,8 +362,8 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     int64_t real_ops = 0;
     bool has_reduction = false;
     size_t j = i;
-    for (; j < ops.size() && fusable(ops[j].kind); ++j) {
-      const OpDesc& f = ops[j];
+    for (; j < ops.size() && fusable(ops[j]->kind); ++j) {
+      const OpDesc& f = *ops[j];
       k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       ++k.ops;
       if (f.kind == OpKind::kView) continue;
@@ -365,8 +374,8 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     if (has_reduction) k.category = "reduction";
     // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
     // matmul's accumulators, not from HBM, and needs no launch of its own.
-    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1].kind == OpKind::kMatmul
-                           ? &ops[i - 1] : nullptr;
+    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
+                           ? ops[i - 1] : nullptr;
     const double bytes = fused_bytes(ops, i, j, mm);
     k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
     k.memory_s = memory_s(bytes);
@@ -379,7 +388,6 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
     out.push_back(k);
     i = j;
   }
-  return out;
 }
 
 }  // namespace titan::devices

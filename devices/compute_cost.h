@@ -131,6 +131,9 @@ class ComputeModel {
 
   // Lowers ops that run back to back (no collective in between) into kernels.
   std::vector<Kernel> lower(const std::vector<OpDesc>& ops) const;
+  // The same for ops held elsewhere (a replay's trace), into *out (cleared first): a replay
+  // lowers thousands of runs, and neither copies their ops nor allocates kernels anew.
+  void lower(const std::vector<const OpDesc*>& ops, std::vector<Kernel>* out) const;
   // The fraction of its speed a kernel keeps while a collective runs beside it.
   double rate_under_comm(const Kernel& k) const;
 
@@ -143,7 +146,7 @@ class ComputeModel {
   };
   KernelTime kernel_time(const OpDesc& op) const;
   CostBasis basis_of(const OpDesc& op, const KernelTime& t) const;
-  double fused_bytes(const std::vector<OpDesc>& ops, size_t i, size_t j, const OpDesc* mm) const;
+  double fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j, const OpDesc* mm) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;

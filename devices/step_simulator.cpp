@@ -96,7 +96,7 @@ class Replay {
     for (const TraceEvent& e : trace.events()) {
       switch (e.type) {
         case TraceEvent::Type::kCompute:
-          pending_ops_.push_back(e.op);
+          pending_ops_.push_back(&e.op);  // the trace outlives the replay
           ++ops_;
           break;
         case TraceEvent::Type::kIssue:
@@ -176,7 +176,8 @@ class Replay {
     if (pending_ops_.empty()) return;
     close_bucket();  // compute between collectives ends a coalescing run
     const ExecutionOverheads& o = model_.overheads();
-    for (const Kernel& k : model_.lower(pending_ops_)) {
+    model_.lower(pending_ops_, &kernels_buf_);
+    for (const Kernel& k : kernels_buf_) {
       TimelineTask h;
       h.stream = host_;
       h.duration_s = k.host_s;
@@ -271,7 +272,8 @@ class Replay {
   int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
   std::unordered_map<int64_t, int64_t> work_task_;
-  std::vector<OpDesc> pending_ops_;
+  std::vector<const OpDesc*> pending_ops_;
+  std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused
   std::vector<int64_t> next_compute_deps_;
   int64_t last_compute_ = -1, last_collective_ = -1, last_host_ = -1;
   bool bucket_open_ = false;
