@@ -3,8 +3,14 @@
 // gathered buffers are a unit or two at a time, and the report adds them up.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "trainer/components/tensor_memory.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/step/trainer.h"
 
 namespace titan {
 namespace {
@@ -58,6 +64,46 @@ TEST(SimulateMemory, FsdpBuffersHoldAUnitOrTwoAndTheReportAddsUp) {
   EXPECT_EQ(r.memory.total, rec.memory.state_bytes + rec.memory.peak_bytes + r.memory.runtime_reserve);
   ASSERT_FALSE(r.memory.peak_by_op.empty());
   EXPECT_EQ(r.memory.peak_by_op.front().first.rfind("aten::", 0), 0u) << r.memory.peak_by_op.front().first;
+}
+
+// The walk against a real step on this host: the debug model trained by the real trainer (one
+// process), its tensor bytes counted by the CPU allocator, and the same config recorded for the
+// cpu device; with the fused kernels (their scopes' saved inputs) and with the composite ATen
+// path (autograd's own saved tensors).
+TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
+  const std::string dir = "/tmp/titan_simulate_memory_test";
+  std::filesystem::create_directories(dir);
+  // The cpu device needs a calibration to be named; its rates do not enter the memory.
+  std::ofstream(dir + "/cpu_calibration.toml") << "[cpu]\nsgemm_flops = 1e11\nmem_bytes_per_s = 1e10\n"
+                                                  "mpi_latency_s = 2e-6\nmpi_bytes_per_s = 4e9\ncores = 2\n"
+                                                  "op_overhead_s = 7e-6\n";
+  setenv("TITAN_CPU_CALIBRATION", (dir + "/cpu_calibration.toml").c_str(), 1);
+  for (const char* fused : {"true", "false"}) {
+    const JobConfig cfg = load_job_config({"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
+                                           "--job.dump_folder", dir, "--training.local_batch_size", "4",
+                                           "--training.seq_len", "256", "--simulation.device", "cpu",
+                                           "--simulation.num_chips", "1", "--metrics.peak_flops", "1e11",
+                                           "--training.fused_kernels", fused});
+    int64_t held = 0, peak = 0;
+    {
+      TensorMemoryTracker tensors;
+      Trainer trainer(cfg);
+      trainer.train_step();  // the first step makes every buffer the later ones reuse
+      held = tensors.current();
+      tensors.reset_peak();
+      trainer.train_step();
+      peak = tensors.peak();
+    }
+    const RecordedStep rec = record_step(cfg);
+    const int64_t predicted = rec.memory.state_bytes + rec.memory.peak_bytes;
+    std::printf("  debug model B4 x S256, fused kernels %s: predicted %.2f MB (state %.2f, step peak %.2f), "
+                "measured %.2f MB (held between steps %.2f)\n",
+                fused, predicted / 1e6, rec.memory.state_bytes / 1e6, rec.memory.peak_bytes / 1e6, peak / 1e6,
+                held / 1e6);
+    EXPECT_NEAR(static_cast<double>(rec.memory.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused;
+    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, 0.15) << fused;
+  }
+  unsetenv("TITAN_CPU_CALIBRATION");
 }
 
 }  // namespace

@@ -26,23 +26,29 @@ bool flat_dtype(const torch::Tensor& t) {
 // Runs body() for the parameters i with in(i); in a recording that keeps the fused kernels
 // (meta_kernel.h), those a real CPU run would keep in a flat buffer (float and double meta
 // parameters) run inside `scope`, with their element count and size as its inputs, so that the
-// recorder keeps them as the one flat pass the real run makes (fused_kernels.h).
-template <class In, class Body>
-void with_flat_scope_on_meta(const char* scope, const std::vector<NamedParam>& params, In in, Body body) {
+// recorder keeps them as the one flat pass the real run makes (fused_kernels.h). touched(i,
+// out) adds the tensors the pass reads and writes for parameter i (the scope's third input):
+// the recorder's memory walk sees the optimizer state through them.
+template <class In, class Touched, class Body>
+void with_flat_scope_on_meta(const char* scope, const std::vector<NamedParam>& params, In in, Touched touched,
+                             Body body) {
   int64_t elements = 0, elem_bytes = 0;
+  std::vector<at::Tensor> tensors;
   for (size_t i = 0; i < params.size() && meta_records_fused_kernels(); ++i) {
     if (!in(i)) continue;
     const auto& g = params[i].param.grad();
     if (!fusable_on_meta(params[i].param) || !g.defined()) continue;
     elements += params[i].param.numel();
     elem_bytes = std::max<int64_t>(elem_bytes, static_cast<int64_t>(params[i].param.element_size()));
+    touched(i, tensors);
   }
   if (elements == 0) {
     body([](size_t) { return true; });
     return;
   }
   {
-    RECORD_FUNCTION(scope, std::vector<c10::IValue>({c10::IValue(elements), c10::IValue(elem_bytes)}));
+    RECORD_FUNCTION(scope, std::vector<c10::IValue>({c10::IValue(elements), c10::IValue(elem_bytes),
+                                                     c10::IValue(c10::List<at::Tensor>(tensors))}));
     body([&](size_t i) { return fusable_on_meta(params[i].param); });
   }
   body([&](size_t i) { return !fusable_on_meta(params[i].param); });
@@ -138,7 +144,11 @@ void AdamW::step(double lr, double grad_scale) {
     }
   }
   auto not_flat = [&](size_t i) { return !in_group_[i]; };
-  with_flat_scope_on_meta(kFusedAdamwScope, params_, not_flat, [&](auto take) {
+  auto update_touches = [&](size_t i, std::vector<at::Tensor>& out) {
+    const auto& p = params_[i].param;
+    out.insert(out.end(), {p, p.grad(), states_[i].exp_avg, states_[i].exp_avg_sq});
+  };
+  with_flat_scope_on_meta(kFusedAdamwScope, params_, not_flat, update_touches, [&](auto take) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (in_group_[i] || !take(i)) continue;
       auto& p = params_[i].param;
@@ -173,7 +183,9 @@ double AdamW::grad_sq_norm() {
     sq += g.grads.scalar_type() == torch::kFloat64 ? sum_squares(g.grads.data_ptr<double>(), g.grads.numel())
                                                    : sum_squares(g.grads.data_ptr<float>(), g.grads.numel());
   }
-  with_flat_scope_on_meta(kFusedSumSquaresScope, params_, [&](size_t i) { return !in_group_[i]; }, [&](auto take) {
+  auto grad_touches = [&](size_t i, std::vector<at::Tensor>& out) { out.push_back(params_[i].param.grad()); };
+  with_flat_scope_on_meta(kFusedSumSquaresScope, params_, [&](size_t i) { return !in_group_[i]; }, grad_touches,
+                          [&](auto take) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& grad = params_[i].param.grad();
       if (!in_group_[i] && take(i) && grad.defined()) sq += squared_sum(grad);
@@ -218,7 +230,8 @@ double squared_sum(const torch::Tensor& t) {
   auto sum = [&] { return t.to(torch::kFloat64).pow(2).sum(); };
   if (scoped) {
     RECORD_FUNCTION(kFusedSumSquaresScope,
-                    std::vector<c10::IValue>({c10::IValue(t.numel()), c10::IValue(static_cast<int64_t>(t.element_size()))}));
+                    std::vector<c10::IValue>({c10::IValue(t.numel()), c10::IValue(static_cast<int64_t>(t.element_size())),
+                                              c10::IValue(c10::List<at::Tensor>({t}))}));
     sum();
     return 0.0;
   }

@@ -62,8 +62,8 @@ bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> 
                       std::vector<OpDesc>* bwd) {
   namespace d = devices;
   if (name == kFusedAdamwScope || name == kFusedSumSquaresScope) {
-    // The optimizer's flat passes: (elements, element bytes); no backward.
-    TITAN_CHECK(in.size() == 2 && in[0].isInt() && in[1].isInt(), name, ": expected the element count and size");
+    // The optimizer's flat passes: (elements, element bytes, the tensors it touches); no backward.
+    TITAN_CHECK(in.size() >= 2 && in[0].isInt() && in[1].isInt(), name, ": expected the element count and size");
     const int64_t e = in[0].toInt(), b = in[1].toInt();
     fwd->push_back(name == kFusedAdamwScope ? d::adamw_op(e, b) : d::sum_squares_op(e, b));
     return true;
@@ -101,6 +101,11 @@ bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> 
     });
   }
   return true;
+}
+
+bool saved_for_backward(const std::string& scope, size_t input) {
+  // RoPE's backward rotates the gradient back with the tables alone.
+  return scope != kFusedRopeScope || input > 0;
 }
 
 bool query_op(const std::string& n) { return n == "aten::result_type"; }

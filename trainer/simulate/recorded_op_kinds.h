@@ -24,6 +24,9 @@ bool writes_only(const std::string& name);
 // false for other names.
 bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> in, std::vector<devices::OpDesc>* fwd,
                       std::vector<devices::OpDesc>* bwd);
+// Whether a kernel scope's input `input` is kept for its backward (what the memory walk keeps
+// live until then): every input but RoPE's rotated tensor.
+bool saved_for_backward(const std::string& scope, size_t input);
 // Ops that only inspect their inputs' metadata (no kernel, no traffic): never recorded.
 bool query_op(const std::string& name);
 // Whether a call makes its parent composite (its children then carry the parent's work).

@@ -236,6 +236,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     s.backward = true;
     f->kernel_backward = {devices::attention_op(s, b)};
     f->kernel_backward[0].name = std::string(kAttentionScope) + "_backward";
+    // Flash attention keeps q, k and v for its backward.
+    for (const auto& v : in) add_uses(v, &f->kernel_forward[0].reads), add_uses(v, &f->kernel_backward[0].reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if (fuse_kernel_scopes && !f->suppressed &&
@@ -243,7 +245,12 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     // One fused kernel forward (its inputs are what it reads); backward as the attention's.
     f->kernel = true;
     f->suppress_children = true;
-    for (const auto& v : fn.inputs()) add_uses(v, &f->kernel_forward.back().reads);
+    const auto in = fn.inputs();
+    for (size_t i = 0; i < in.size(); ++i) {
+      add_uses(in[i], &f->kernel_forward.back().reads);
+      // What the backward keeps (its first op reads it): live until then in the memory walk.
+      if (!f->kernel_backward.empty() && saved_for_backward(name, i)) add_uses(in[i], &f->kernel_backward.front().reads);
+    }
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION && fn.seqNr() >= 0 && !f->suppressed) {
