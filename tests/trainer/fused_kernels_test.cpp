@@ -130,6 +130,22 @@ TEST(FusedKernels, RmsNormMatchesComposite) {
         expect_gradcheck([](auto& t) { return fused_rms_norm(t[0], t[1], 1e-6); }, {x, w}, {0, 1}, "rms_norm");
       }
     }
+    // Strided rows, read in place: the per-head q of a fused q/k/v product ([B, S, H, D] columns
+    // of [B, S, q + k + v]), and a transposed view that the kernel copies first.
+    torch::manual_seed(4);
+    auto qkv = torch::randn({2, 5, 3 * 16 + 2 * 16}, dt), w = torch::rand({16}, dt) + 0.5;
+    auto q_heads = [](const torch::Tensor& t) { return t.narrow(-1, 0, 48).view({2, 5, 3, 16}); };
+    expect_same([&](auto& t) { return fused_rms_norm(q_heads(t[0]), t[1], 1e-6); },
+                [&](auto& t) { return composite_rms(q_heads(t[0]), t[1], 1e-6); }, {qkv, w}, {0, 1},
+                "rms_norm on column-sliced heads");
+    auto xt = torch::randn({16, 9}, dt);
+    expect_same([](auto& t) { return fused_rms_norm(t[0].t(), t[1], 1e-6); },
+                [](auto& t) { return composite_rms(t[0].t(), t[1], 1e-6); }, {xt, w}, {0, 1},
+                "rms_norm on a transposed view");
+    if (dt == torch::kFloat64) {
+      expect_gradcheck([&](auto& t) { return fused_rms_norm(q_heads(t[0]), t[1], 1e-6); }, {qkv, w}, {0, 1},
+                       "rms_norm on column-sliced heads");
+    }
   }
 }
 
@@ -228,6 +244,48 @@ TEST(FusedKernels, LinearWeightGradientAccumulatesInPlace) {
 
 // The thread choice keeps the faster variant: here the all-threads variant is made slow, so
 // after the trials the site runs on one thread.
+// Weights back to back in one buffer (as the optimizer's flat buffer holds q, k, v): one
+// forward GEMM for all of them, and the same outputs and gradients as the matmuls.
+TEST(FusedKernels, LinearsStackedInOneBufferTakeOneForwardProduct) {
+  torch::manual_seed(6);
+  auto x = torch::randn({3, 7, 24}), up = torch::randn({3, 7, 29});
+  auto flat = torch::randn({29 * 24});
+  auto leaf = [&](int64_t row, int64_t rows) {
+    auto w = torch::empty({rows, 24}).requires_grad_(true);
+    w.set_data(flat.narrow(0, row * 24, rows * 24).view({rows, 24}));
+    return w;
+  };
+  std::vector<torch::Tensor> ws = {leaf(0, 16), leaf(16, 8), leaf(24, 5)};
+  // The aten::mm calls of fused_linears(in, weights), and its outputs.
+  auto products = [](const torch::Tensor& in, const std::vector<torch::Tensor>& weights, std::vector<torch::Tensor>* out) {
+    std::vector<std::string> ops;
+    auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&note_op).scopes({at::RecordScope::FUNCTION}));
+    g_ops = &ops;
+    *out = fused_linears(in, weights);
+    g_ops = nullptr;
+    at::removeCallback(handle);
+    return std::count(ops.begin(), ops.end(), "aten::mm");
+  };
+  auto xa = x.clone().requires_grad_(true), xb = x.clone().requires_grad_(true);
+  std::vector<torch::Tensor> ys;
+  EXPECT_EQ(products(xa, ws, &ys), 1) << "one product for the three weights";
+  torch::cat({ys[0], ys[1], ys[2]}, -1).backward(up);
+  std::vector<torch::Tensor> wb, refs;
+  for (auto& w : ws) wb.push_back(w.detach().clone().requires_grad_(true));
+  for (auto& w : wb) refs.push_back(torch::matmul(xb, w.t()));
+  torch::cat(refs, -1).backward(up);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_LT(rel(ys[i], refs[i]), 1e-5) << "output " << i;
+    EXPECT_LT(rel(ws[i].grad(), wb[i].grad()), 1e-5) << "weight gradient " << i;
+  }
+  EXPECT_LT(rel(xa.grad(), xb.grad()), 1e-5);
+  // Not back to back: one product per weight, the same values.
+  auto apart = std::vector<torch::Tensor>{leaf(0, 16), leaf(24, 5)};
+  std::vector<torch::Tensor> ya;
+  EXPECT_EQ(products(x, apart, &ya), 2);
+  EXPECT_LT(rel(ya[1], torch::matmul(x, apart[1].detach().t())), 1e-5);
+}
+
 TEST(FusedKernels, ThreadChoiceKeepsTheFasterVariant) {
   const int before = at::get_num_threads();
   torch::set_num_threads(2);
