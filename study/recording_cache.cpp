@@ -1,6 +1,7 @@
 // Recording cache (see recording_cache.h).
 #include "study/recording_cache.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "trainer/config/config_loader.h"
@@ -42,22 +43,27 @@ std::string RecordingCache::first_not_resized() const {
 
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
-std::shared_ptr<RecordedStep> RecordingCache::Spares::take() {
-  std::unique_ptr<RecordedStep> step;
+std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::take(
+    const std::shared_ptr<ShardPlan>& plan) {
+  std::unique_ptr<Spare> spare;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!free.empty()) {
-      step = std::move(free.back());
-      free.pop_back();
+    auto it = std::find_if(free.rbegin(), free.rend(), [&](const auto& s) { return s->state.plan == plan; });
+    if (it == free.rend() && !free.empty()) it = free.rbegin();
+    if (it != free.rend()) {
+      spare = std::move(*it);
+      free.erase(std::next(it).base());
     }
   }
-  if (!step) step = std::make_unique<RecordedStep>();
+  if (!spare) spare = std::make_unique<Spare>();
+  ResizeState* state = &spare->state;
   // Back to the spares when the last holder lets go (the spares outlive the cache if need be).
-  return std::shared_ptr<RecordedStep>(step.release(), [self = shared_from_this()](RecordedStep* s) {
-    std::unique_ptr<RecordedStep> owned(s);
+  std::shared_ptr<Spare> held(spare.release(), [self = shared_from_this()](Spare* s) {
+    std::unique_ptr<Spare> owned(s);
     std::lock_guard<std::mutex> lock(self->mu);
     if (self->free.size() < kKept) self->free.push_back(std::move(owned));
   });
+  return {std::shared_ptr<RecordedStep>(held, &held->step), state};
 }
 
 RecordingCache::RecordingCache(std::vector<std::unique_ptr<Recorder>> recorders)
@@ -83,10 +89,7 @@ void RecordingCache::recorder_loop(Recorder& recorder) {
     Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
     job(recorder);  // sets its promise, value or exception
-    ++recordings_;
-    record_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
 }
 
@@ -109,10 +112,19 @@ std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
   auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
   auto fut = promise->get_future().share();
   map.emplace(key, fut);
-  enqueue([promise, make](Recorder& recorder) {
+  enqueue([this, promise, make](Recorder& recorder) {
+    // Counted before the promise is kept: whoever waited on it sees the recording counted.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto counted = [&] {
+      ++recordings_;
+      record_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    };
     try {
-      promise->set_value(make(recorder));
+      auto made = make(recorder);
+      counted();
+      promise->set_value(std::move(made));
     } catch (...) {
+      counted();
       promise->set_exception(std::current_exception());
     }
   });
@@ -153,9 +165,10 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
              // recorded itself, and reports its own errors.
              why = e.what();
            }
-           std::shared_ptr<RecordedStep> r = spare_->take();
-           if (p && resize_for_shard_degree(*p, cfg, r.get(), &why)) {
+           auto [r, state] = spare_->take(p ? p->plan : nullptr);
+           if (p && resize_for_shard_degree(*p, cfg, r.get(), &why, state)) {
              ++resized;
+             if (state->last_in_place) ++resized_in_place;
              return r;
            }
            ++not_resized;

@@ -52,6 +52,7 @@ class RecordingCache {
   // dp_shard degree and resized for every degree asked; off: every degree is recorded.
   bool resize_shards = true;
   std::atomic<int64_t> resized{0};  // steps resized from a probe (not recorded themselves)
+  std::atomic<int64_t> resized_in_place{0};  // of which rewritten in a spare of the same probe
   std::atomic<int64_t> not_resized{0};  // resizable steps recorded after all, and the first why
   std::string first_not_resized() const;
   std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
@@ -82,12 +83,20 @@ class RecordingCache {
       std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key, Make make);
 
   // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
-  // of a recording is thousands of small allocations, and as many frees).
+  // of a recording is thousands of small allocations, and as many frees), each with what it
+  // holds: a spare resized from the same probe before is only rewritten where sizes follow
+  // the degree (ResizeState). A study's points for one layout come one after another (other
+  // chip counts), so the spare of each of their probes is at hand.
+  struct Spare {
+    RecordedStep step;
+    ResizeState state;
+  };
   struct Spares : std::enable_shared_from_this<Spares> {
-    static constexpr size_t kKept = 16;  // a few per thread: a point holds its three samples
+    static constexpr size_t kKept = 32;  // a few per thread and probe: a point holds three samples
     std::mutex mu;
-    std::vector<std::unique_ptr<RecordedStep>> free;
-    std::shared_ptr<RecordedStep> take();
+    std::vector<std::unique_ptr<Spare>> free;
+    // One resized from `plan`'s probe if there is one; the step, and its state to update.
+    std::pair<std::shared_ptr<RecordedStep>, ResizeState*> take(const std::shared_ptr<ShardPlan>& plan);
   };
   std::shared_ptr<Spares> spare_ = std::make_shared<Spares>();
 

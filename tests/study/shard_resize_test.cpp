@@ -80,6 +80,51 @@ TEST(ShardResize, ResizedRecordingsAreTheRecordingsAtThatDegree) {
   }
 }
 
+// A step resized again from the same probe is rewritten in place (sizes only) when the
+// buckets split as before, and is then the step resized afresh: degrees in an order that goes
+// back and forth across bucket splits (the 0.5 MiB buckets split anew between 2 and 64).
+TEST(ShardResize, ResizingIntoAStepResizedBeforeIsAFreshResize) {
+  const std::vector<Layout> layouts = {
+      {"fsdp, fused", {}, 1, {}},
+      {"hsdp 2, fused, 0.5 MiB buckets",
+       {"--parallelism.data_parallel_replicate_degree", "2", "--comm.bucket_cap_mb", "0.5"},
+       2,
+       {}},
+      {"pp 2 1F1B, separate",
+       {"--parallelism.pipeline_parallel_degree", "2", "--activation_checkpoint.mode", "none",
+        "--training.local_batch_size", "2", "--parallelism.pipeline_parallel_microbatch_size", "1",
+        "--comm.collective_mode", "separate"},
+       2,
+       {}},
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.label);
+    const ProbeRecording probe = record_probe(at_degree(l.args, 2, l.others));
+    RecordedStep reused;
+    ResizeState state;
+    int in_place = 0;
+    for (int64_t w : {64, 128, 2, 4, 64, 64, 8, 2, 2}) {
+      const JobConfig cfg = at_degree(l.args, w, l.others);
+      const std::string what = l.label + " at dp_shard " + std::to_string(w);
+      RecordedStep fresh;
+      std::string why;
+      ASSERT_TRUE(resize_for_shard_degree(probe, cfg, &fresh, &why)) << what << ": " << why;
+      ASSERT_TRUE(resize_for_shard_degree(probe, cfg, &reused, &why, &state)) << what << ": " << why;
+      in_place += state.last_in_place ? 1 : 0;
+      expect_same_step(fresh, reused, what);
+      const devices::ChipSpec chip = simulated_chip(cfg);
+      const devices::Placement placement =
+          devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(fresh.dims), cfg.simulation.topology);
+      const SimulationResult a = replay_step(cfg, fresh, chip, placement);
+      const SimulationResult b = replay_step(cfg, reused, chip, placement);
+      EXPECT_EQ(a.report.step_time_s, b.report.step_time_s) << what;
+      EXPECT_EQ(a.report.exposed_comm_s, b.report.exposed_comm_s) << what;
+      EXPECT_EQ(a.memory.total, b.memory.total) << what;
+    }
+    EXPECT_GE(in_place, 2);  // at least the repeated degrees
+  }
+}
+
 TEST(ShardResize, CacheRecordsOneProbePerLayoutForEveryDegree) {
   RecordingCache cache;
   cache.layer_extrapolation = false;

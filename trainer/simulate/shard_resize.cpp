@@ -404,8 +404,8 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
     }
     const size_t ranks = out.step.pipeline ? out.step.pipeline->ranks.size() : 1;
     TITAN_CHECK(notes.conflict.empty(), "shard resizing: ", notes.conflict);
-    TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(), " FSDP plans for ", ranks,
-                " ranks");
+    TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(),
+                " FSDP plans for ", ranks, " ranks");
     // Every Communicator call, for comparisons with real runs: the probe degree's are no
     // other degree's, and copying them into every resized step costs.
     out.step.calls.clear();
@@ -418,28 +418,61 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
 
 namespace {
 
+using Split =
+    std::vector<std::vector<std::vector<std::vector<size_t>>>>;  // per rank, per call: its buckets
+
+}  // namespace
+
+struct ResizedLayout {
+  Split split;
+  struct Issue {
+    uint32_t trace = 0, event = 0, call = 0, bucket = 0;  // a bucket issued anew, where it went
+  };
+  struct Rank {
+    std::vector<std::vector<uint32_t>>
+        moved;  // per trace: each probe event's position (empty: the same)
+    std::vector<Issue> issued;
+  };
+  std::vector<Rank> ranks;
+};
+
+namespace {
+
+constexpr uint32_t kGone = UINT32_MAX;
+
 // The calls whose buckets split differently at w: in each trace, a call's k buckets were
 // issued back to back and waited for back to back (collectives/communicator_lists.cpp,
 // sim_backend.cpp), so its first issue becomes the new buckets' issues, its first wait their
 // waits, the others go, and work handles are numbered again in issue order, as a recording
 // at w numbers them. Compute ops keep their places among the ops (their data flow indices).
-bool rebucket(const ShardRewrites::Rank& r, const std::vector<std::vector<std::vector<size_t>>>& buckets, int64_t w,
-              const std::vector<std::vector<TraceEvent>*>& events, std::string* why) {
+// The events are this resize's own copy: they move into the rebuilt traces. *out: where they went.
+bool rebucket(const ShardRewrites::Rank& r,
+              const std::vector<std::vector<std::vector<size_t>>>& buckets, int64_t w,
+              const std::vector<std::vector<TraceEvent>*>& events, ResizedLayout::Rank* out,
+              std::string* why) {
   std::map<std::pair<uint32_t, uint32_t>, const ShardRewrites::Collective*> issue_of;
   std::vector<bool> touched(events.size(), false);  // traces holding a call that splits anew
   for (const auto& c : r.collectives) {
     issue_of[{c.trace, c.event}] = &c;
     if (buckets[c.call] != r.buckets[c.call]) touched[c.trace] = true;
   }
+  out->moved.assign(events.size(), {});
+  out->issued.clear();
   for (uint32_t ti = 0; ti < events.size(); ++ti) {
     if (!touched[ti]) continue;
+    std::vector<TraceEvent>& old = *events[ti];
+    std::vector<uint32_t>& moved = out->moved[ti];
+    moved.assign(old.size(), kGone);
     std::vector<TraceEvent> rebuilt;
+    rebuilt.reserve(old.size());
     std::unordered_map<int64_t, std::vector<int64_t>> handles;  // old work -> new works
     int64_t next = 0;
-    for (uint32_t ei = 0; ei < events[ti]->size(); ++ei) {
-      const TraceEvent& ev = (*events[ti])[ei];
+    for (uint32_t ei = 0; ei < old.size(); ++ei) {
+      TraceEvent& ev = old[ei];
+      const auto here = static_cast<uint32_t>(rebuilt.size());
       if (ev.type == TraceEvent::Type::kCompute) {
-        rebuilt.push_back(ev);
+        moved[ei] = here;
+        rebuilt.push_back(std::move(ev));
         continue;
       }
       if (ev.type == TraceEvent::Type::kWait) {
@@ -448,14 +481,15 @@ bool rebucket(const ShardRewrites::Rank& r, const std::vector<std::vector<std::v
         for (int64_t h : it->second) {
           TraceEvent wait = ev;
           wait.work = h;
-          rebuilt.push_back(wait);
+          rebuilt.push_back(std::move(wait));
         }
         continue;
       }
       auto call = issue_of.find({ti, ei});
       std::vector<int64_t>& mine = handles[ev.work];
       if (call == issue_of.end() || buckets[call->second->call] == r.buckets[call->second->call]) {
-        rebuilt.push_back(ev);  // sizes already set
+        moved[ei] = here;
+        rebuilt.push_back(std::move(ev));  // sizes already set
         rebuilt.back().work = next;
         mine.push_back(next++);
         continue;
@@ -463,24 +497,27 @@ bool rebucket(const ShardRewrites::Rank& r, const std::vector<std::vector<std::v
       if (call->second->bucket != 0) continue;  // its buckets are issued with the first
       const Call& c = r.calls[call->second->call];
       const std::vector<int64_t> bytes = call_bytes(c, w);
-      for (const auto& b : buckets[call->second->call]) {
+      const auto& split = buckets[call->second->call];
+      for (uint32_t b = 0; b < split.size(); ++b) {
         TraceEvent issue = ev;
         issue.collective.bytes = 0;
-        for (size_t i : b) issue.collective.bytes += bytes[i];
+        for (size_t i : split[b]) issue.collective.bytes += bytes[i];
         issue.work = next;
         mine.push_back(next++);
+        out->issued.push_back({ti, static_cast<uint32_t>(rebuilt.size()), call->second->call, b});
         rebuilt.push_back(std::move(issue));
       }
     }
     // Waits of the later buckets went with the first's; a call's waits come back to back.
-    *events[ti] = std::move(rebuilt);
+    old = std::move(rebuilt);
   }
   return true;
 }
 
 }  // namespace
 
-bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why) {
+bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out,
+                             std::string* why, ResizeState* state) {
   ShardPlan& plan = *probe.plan;
   std::call_once(plan.once, [&] {
     ShardRewrites& rw = plan.rewrites;
@@ -491,8 +528,8 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
       const auto* p = probe.step.pipeline.get();
       const auto& storages = p ? p->storages[q] : probe.step.trace.storages();
       const auto& resizes = p ? p->storage_resizes[q] : probe.step.trace.storage_resizes();
-      if (!plan_rank({traces.begin(), traces.end()}, storages, resizes, plan.notes.ranks[q], rw.degree, rw.fused,
-                     rw.cap, &rw.ranks[q], &plan.error)) {
+      if (!plan_rank({traces.begin(), traces.end()}, storages, resizes, plan.notes.ranks[q],
+                     rw.degree, rw.fused, rw.cap, &rw.ranks[q], &plan.error)) {
         plan.error = "shard resizing cannot follow this step: " + plan.error;
         return;
       }
@@ -503,25 +540,50 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
   const ParallelDims d = parallel_dims(cfg, cfg.simulation.num_chips);
   const ParallelDims& pd = probe.step.dims;
   if (pd.dp_replicate != d.dp_replicate || pd.tp != d.tp || pd.pp != d.pp || pd.cp != d.cp)
-    return fail(why, "the probe's other degrees differ (" + pd.to_string() + " vs " + d.to_string() + ")");
+    return fail(
+        why, "the probe's other degrees differ (" + pd.to_string() + " vs " + d.to_string() + ")");
   if (rw.fused != (cfg.comm.collective_mode == CollectiveMode::kFused) || rw.cap != cap_bytes(cfg))
     return fail(why, "the probe's collective mode or bucket cap differ");
   const int64_t w = d.dp_shard, w0 = rw.degree;
   if (w < 2) return fail(why, "no shard degree to resize to");
   // Each call's buckets at w; a call whose split changes gets its issues and waits rebuilt.
-  std::vector<std::vector<std::vector<std::vector<size_t>>>> buckets(rw.ranks.size());
+  Split buckets(rw.ranks.size());
   for (size_t q = 0; q < rw.ranks.size(); ++q)
-    for (const Call& c : rw.ranks[q].calls) buckets[q].push_back(call_buckets(c, w, rw.fused, rw.cap));
+    for (const Call& c : rw.ranks[q].calls)
+      buckets[q].push_back(call_buckets(c, w, rw.fused, rw.cap));
+  // Whether *out holds this probe's events as split at w, with another degree's sizes: every
+  // size below is then written as an absolute value, and the two relative ones start from the
+  // probe's.
+  const bool in_place = state && state->plan == probe.plan && state->layout &&
+                        state->layout->split == buckets && !out->pipeline == !probe.step.pipeline &&
+                        (!out->pipeline || out->pipeline.use_count() == 1);
+  std::shared_ptr<ResizedLayout> layout;
+  if (state) {
+    layout = in_place ? state->layout : std::make_shared<ResizedLayout>();
+    state->plan.reset(), state->layout.reset();  // until this resize is done
+    state->last_in_place = in_place;
+  }
+  if (!in_place && layout) {
+    layout->split = buckets;
+    layout->ranks.assign(rw.ranks.size(), {});
+  }
+  ResizedLayout::Rank scratch;  // where rebucket's events went, when no state keeps it
 
   // Assigned, not constructed: a step resized before (study/recording_cache.cpp reuses them)
   // keeps its buffers, so a resize allocates little. Its pipeline is reused only if nothing
   // else holds it (replays keep the structure they replayed).
-  std::shared_ptr<RecordedPipeline> pipeline = std::move(out->pipeline);
-  *out = probe.step;
-  if (probe.step.pipeline) {
-    if (!pipeline || pipeline.use_count() != 1) pipeline = std::make_shared<RecordedPipeline>();
-    *pipeline = *probe.step.pipeline;
-    out->pipeline = std::move(pipeline);
+  if (in_place) {
+    out->local_params = probe.step.local_params;
+    out->global_batch = probe.step.global_batch;
+    if (out->pipeline) out->pipeline->local_params = probe.step.pipeline->local_params;
+  } else {
+    std::shared_ptr<RecordedPipeline> pipeline = std::move(out->pipeline);
+    *out = probe.step;
+    if (probe.step.pipeline) {
+      if (!pipeline || pipeline.use_count() != 1) pipeline = std::make_shared<RecordedPipeline>();
+      *pipeline = *probe.step.pipeline;
+      out->pipeline = std::move(pipeline);
+    }
   }
   auto resized = [&](int64_t numel, bool padded, int64_t elem) {
     return shard_len(numel, w) * (padded ? w : 1) * elem;
@@ -533,16 +595,23 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     std::vector<std::vector<TraceEvent>*> events;
     for (devices::Trace* t : rank_traces(*out, q))
       events.push_back(const_cast<std::vector<TraceEvent>*>(&t->events()));
+    ResizedLayout::Rank& where = layout ? layout->ranks[q] : scratch;
+    // A probe event where it is now: rebucket moved the events of the traces it rebuilt.
+    auto at = [&](uint32_t ti, uint32_t ei) -> TraceEvent& {
+      const bool moved = in_place && ti < where.moved.size() && !where.moved[ti].empty();
+      return (*events[ti])[moved ? where.moved[ti][ei] : ei];
+    };
     for (const auto& u : r.uses) {
-      devices::OpDesc& op = (*events[u.trace])[u.event].op;
+      devices::OpDesc& op = at(u.trace, u.event).op;
       (u.write ? op.writes : op.reads)[u.slot].bytes = resized(u.numel, u.padded, u.elem);
     }
     for (const auto& p : r.pointwise) {
-      devices::OpDesc& op = (*events[p.trace])[p.event].op;
+      devices::OpDesc& op = at(p.trace, p.event).op;
       op.bytes_read = op.bytes_written = 0;
       for (const auto& u : op.reads) op.bytes_read += u.bytes;
       for (const auto& u : op.writes) op.bytes_written += u.bytes;
-      op.flops = static_cast<double>(op.bytes_written) / static_cast<double>(std::max<int64_t>(1, op.dtype_bytes));
+      op.flops = static_cast<double>(op.bytes_written) /
+                 static_cast<double>(std::max<int64_t>(1, op.dtype_bytes));
     }
     bool split_changes = false;
     for (const auto& c : r.collectives) {
@@ -553,29 +622,47 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
       const std::vector<int64_t> bytes = call_bytes(r.calls[c.call], w);
       int64_t sum = 0;
       for (size_t i : r.buckets[c.call][c.bucket]) sum += bytes[i];
-      (*events[c.trace])[c.event].collective.bytes = sum;
+      at(c.trace, c.event).collective.bytes = sum;
     }
-    if (split_changes && !rebucket(r, buckets[q], w, events, why)) return false;
+    if (split_changes && in_place) {
+      for (const auto& n : where.issued) {  // the issues rebucket made, at this degree's sizes
+        const std::vector<int64_t> bytes = call_bytes(r.calls[n.call], w);
+        int64_t sum = 0;
+        for (size_t i : buckets[q][n.call][n.bucket]) sum += bytes[i];
+        (*events[n.trace])[n.event].collective.bytes = sum;
+      }
+    } else if (split_changes && !rebucket(r, buckets[q], w, events, &where, why)) {
+      return false;
+    }
     // The memory: the probe's ranges at this degree's sizes, walked again; the storage table
     // follows for whoever walks the trace itself.
     devices::LiveRanges live = r.live;
     for (const auto& z : r.ranges) live.ranges[z.index].bytes = resized(z.numel, z.padded, z.elem);
     auto& table = out->pipeline ? out->pipeline->storages[q] : out->trace.storages();
-    auto& resizes = out->pipeline ? out->pipeline->storage_resizes[q] : out->trace.storage_resizes();
+    auto& resizes =
+        out->pipeline ? out->pipeline->storage_resizes[q] : out->trace.storage_resizes();
     for (const auto& z : r.storages) table[z.index].bytes = resized(z.numel, z.padded, z.elem);
     for (const auto& z : r.resizes) resizes[z.index].bytes = resized(z.numel, z.padded, z.elem);
     (out->pipeline ? out->pipeline->memory[q] : out->memory) = devices::walk_memory(live);
     int64_t params = 0;
     for (int64_t n : r.numels) params += shard_len(n, w) - shard_len(n, w0);
-    if (out->pipeline) out->pipeline->local_params[q] += params;
-    else out->local_params += params;
+    if (out->pipeline)
+      out->pipeline->local_params[q] += params;
+    else
+      out->local_params += params;
   }
   if (out->pipeline)
-    out->local_params = *std::max_element(out->pipeline->local_params.begin(), out->pipeline->local_params.end());
+    out->local_params =
+        *std::max_element(out->pipeline->local_params.begin(), out->pipeline->local_params.end());
   // The data-parallel degree scales the global batch (the per-rank batch is the probe's).
-  if (out->global_batch % w0 != 0) return fail(why, "the probe's global batch does not split by its degree");
+  if (out->global_batch % w0 != 0)
+    return fail(why, "the probe's global batch does not split by its degree");
   out->global_batch = out->global_batch / w0 * w;
   out->dims = d;
+  if (state) {
+    state->plan = probe.plan;
+    state->layout = std::move(layout);
+  }
   return true;
 }
 

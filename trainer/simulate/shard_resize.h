@@ -55,9 +55,22 @@ struct ShardNotes;  // shard_notes.h
 ProbeRecording make_probe(RecordedStep step, int64_t degree, ShardNotes notes, const JobConfig& cfg);
 const ShardNotes& probe_notes(const ProbeRecording& probe);
 
+// What a resized step holds: which probe it came from, at which bucket split, and where the
+// probe's events went (a call whose buckets split anew has its issues and waits rebuilt).
+// Resizing that probe into it again for a degree of the same split then rewrites only the
+// sizes that follow the degree, in place, instead of copying the whole step.
+struct ResizedLayout;  // shard_resize.cpp
+struct ResizeState {
+  std::shared_ptr<const ShardPlan> plan;  // the probe's (held: its address is never another's)
+  std::shared_ptr<ResizedLayout> layout;
+  bool last_in_place = false;  // the last resize into it rewrote sizes only (no copy)
+};
+
 // The probe's recording rewritten for cfg's dp_shard degree (cfg: the target config, for the
 // collective bucket cap and mode). false, with why, when it cannot be done exactly. The
 // result has no Communicator calls (RecordedStep::calls) and the probe's placement.
-bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why);
+// state (optional): what *out held before, updated to what it holds after.
+bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out, std::string* why,
+                             ResizeState* state = nullptr);
 
 }  // namespace titan
