@@ -48,11 +48,15 @@ std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::t
   std::unique_ptr<Spare> spare;
   {
     std::lock_guard<std::mutex> lock(mu);
+    // The latest spare of this probe, else the one returned longest ago (its probe is the
+    // least likely to be asked for again soon).
     auto it = std::find_if(free.rbegin(), free.rend(), [&](const auto& s) { return s->state.plan == plan; });
-    if (it == free.rend() && !free.empty()) it = free.rbegin();
     if (it != free.rend()) {
       spare = std::move(*it);
       free.erase(std::next(it).base());
+    } else if (!free.empty()) {
+      spare = std::move(free.front());
+      free.erase(free.begin());
     }
   }
   if (!spare) spare = std::make_unique<Spare>();
@@ -61,7 +65,8 @@ std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::t
   std::shared_ptr<Spare> held(spare.release(), [self = shared_from_this()](Spare* s) {
     std::unique_ptr<Spare> owned(s);
     std::lock_guard<std::mutex> lock(self->mu);
-    if (self->free.size() < kKept) self->free.push_back(std::move(owned));
+    if (self->free.size() == kKept) self->free.erase(self->free.begin());  // the oldest goes
+    self->free.push_back(std::move(owned));
   });
   return {std::shared_ptr<RecordedStep>(held, &held->step), state};
 }
