@@ -219,6 +219,21 @@ with open(out, "w") as f:
             f"{q['peak_memory_gib_per_chip']:.1f} GiB/chip, exposed communication "
             f"{q['exposed_comm_s']:.3f} s; largest costs: " +
             ", ".join(f"{c['category']} {c['seconds']:.3f} s" for c in q["costs"][:5]) + ".\n")
+    f.write("\n## Memory (from the recorded step, not validated against a published figure)\n\n"
+            "Memory per chip is walked over the recorded step (devices/trace_memory.h); no source "
+            "above publishes\nits memory. On this host the walk is checked against a real step's "
+            "tensor bytes\n(tests/trainer/simulate_memory_test: the debug model within 15%, "
+            "measured +8% with the fused\nkernels and -6% with the composite ATen path). "
+            f"Predicted per chip: Qwen3-8B on 8192 v7 {q['peak_memory_gib_per_chip']:.1f} of "
+            f"{q['memory_capacity_gib_per_chip']:.0f} GiB;\nLlama-3.1-70B on 64 v7 "
+            f"{l['peak_memory_gib_per_chip']:.1f} of {l['memory_capacity_gib_per_chip']:.0f} GiB; "
+            f"Llama-3.1-8B on 8 H100 96GB {h['peak_memory_gib_per_chip']:.1f} of "
+            f"{h['memory_capacity_gib_per_chip']:.1f} GiB" +
+            ("" if h["fits_in_memory"] else
+             " (does not fit: titan's selective AC\nrecomputes every 2nd layer whole, where "
+             "TorchTitan's published run used op-level selective AC, which\nkeeps the attention "
+             "outputs and every other matmul output and recomputes the rest; titan has no\nop-level mode, so "
+             "the row is replayed with --simulation.allow_oom, as every row here is)") + ".\n")
     f.write("\n## What the model does not know (the likely sources of the remaining error)\n\n"
             "- Sustained clocks are measured only for the H100 family (on an H200, and "
             "derived from it\n  for the 500 W part). TPUs, Trainium, A100 and B200 take that "

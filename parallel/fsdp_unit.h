@@ -116,7 +116,9 @@ class FsdpUnit {
   bool reshard_after_forward() const { return reshard_after_forward_; }
 
   // Called by UnshardFunction::backward with the gradient of parameter i; once every
-  // parameter of the unit has one, the unit's reduction is issued.
+  // parameter of the unit has one, its gathered buffers are freed (no backward op reads
+  // them any more; kept until finish_backward, every block's would be live at the end of
+  // backward) and the unit's reduction is issued.
   void add_grad(size_t i, const torch::Tensor& grad) {
     if (on_grad) on_grad();
     if (pending_grads_.empty()) pending_grads_.resize(params_.size());
@@ -125,7 +127,9 @@ class FsdpUnit {
     if (FsdpObserver* o = fsdp_observer()) o->shard_sized(flat, p.numel);
     flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
     pending_grads_[i] = flat;
-    if (++grads_seen_ == params_.size() && issue_reduce() && on_reduce_issued) on_reduce_issued(this);
+    if (++grads_seen_ < params_.size()) return;
+    reshard();
+    if (issue_reduce() && on_reduce_issued) on_reduce_issued(this);
   }
 
   // Reduce-scatter over the shard group (the replicate all-reduce follows in complete()),

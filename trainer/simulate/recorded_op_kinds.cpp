@@ -108,6 +108,10 @@ bool saved_for_backward(const std::string& scope, size_t input) {
   return scope != kFusedRopeScope || input > 0;
 }
 
+bool in_place_for_real(const std::string& op, const std::string& parent) {
+  return op == "aten::scatter_add" && parent == "aten::gather_backward";
+}
+
 bool query_op(const std::string& n) { return n == "aten::result_type"; }
 
 // A parent is composite (its children carry its work) only if some child moves data:

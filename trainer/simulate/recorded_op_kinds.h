@@ -27,6 +27,11 @@ bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> 
 // Whether a kernel scope's input `input` is kept for its backward (what the memory walk keeps
 // live until then): every input but RoPE's rotated tensor.
 bool saved_for_backward(const std::string& scope, size_t input);
+// Whether `op` called by `parent` runs in place on its first input in a real (CPU or CUDA) run
+// though the meta device runs it out of place: libtorch 1.13's autograd formulas take the
+// out-of-place variant for tensor subclasses, and meta tensors count as one (gather's
+// backward: scatter_add into new zeros, a second vocabulary-sized buffer in the loss).
+bool in_place_for_real(const std::string& op, const std::string& parent);
 // Ops that only inspect their inputs' metadata (no kernel, no traffic): never recorded.
 bool query_op(const std::string& name);
 // Whether a call makes its parent composite (its children then carry the parent's work).

@@ -91,6 +91,14 @@ int64_t storage_id(const at::Tensor& t) {
   return it->second.id;
 }
 
+// `t`'s storage takes the identity `id` (a buffer the real run writes in place of `t`).
+void alias_storage(const at::Tensor& t, int64_t id) {
+  if (!t.defined() || !t.has_storage() || id == 0) return;
+  std::lock_guard<std::mutex> lock(storage_mu);
+  auto it = storage_ids.find(t.storage().unsafeGetStorageImpl());
+  if (it != storage_ids.end()) it->second.id = id;
+}
+
 }  // namespace
 
 int64_t recorded_issue_count() {
@@ -300,6 +308,14 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (d.kind != OpKind::kView && d.name.back() != '_' && returns_an_input(fn)) return;
   std::vector<devices::TensorUse> writes;
   add_uses_of_outputs(fn, &writes);
+  // Where the meta device takes a backward formula's out-of-place variant, a real run writes
+  // its freshly made first input in place: recorded as the real run does it.
+  if (f->parent && f->parent->is_op && in_place_for_real(d.name, f->parent->op.name) && !f->first_input.empty()) {
+    for (const auto& v : fn.outputs())
+      if (v.isTensor()) alias_storage(v.toTensor(), f->first_input.front().id);
+    writes = f->first_input;
+    d.name += "_";
+  }
   // An in-place op (add_, copy_) writes its first input, whatever it returns.
   if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_input;
   if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
@@ -358,7 +374,11 @@ const devices::Trace& TraceRecorder::finish() {
   std::lock_guard<std::mutex> lock(storage_mu);
   auto& table = trace_.storages();
   table.assign(storage_ids.size(), {});
-  for (const auto& [impl, s] : storage_ids) table[static_cast<size_t>(s.id - 1)] = {s.bytes, !s.weak.expired()};
+  // An aliased storage (alias_storage) shares its entry: the larger size, state if either is.
+  for (const auto& [impl, s] : storage_ids) {
+    devices::StorageRecord& r = table[static_cast<size_t>(s.id - 1)];
+    r = {std::max(r.bytes, s.bytes), r.outlives_step || !s.weak.expired()};
+  }
   return trace_;
 }
 
