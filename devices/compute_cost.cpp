@@ -289,7 +289,8 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
   double reads = 0, writes = 0;
   if (flow) {
     const int64_t first = ops[i]->index, last = ops[j - 1]->index;
-    std::vector<int64_t> seen;
+    thread_local std::vector<int64_t> seen;  // a replay asks for thousands of chains: reused
+    seen.clear();
     for (size_t x = i; x < j; ++x) {
       const OpDesc& f = *ops[x];
       if (f.kind == OpKind::kView) continue;

@@ -182,7 +182,7 @@ class Replay {
       h.stream = host_;
       h.duration_s = k.host_s;
       if (!o.async && last_compute_ >= 0) h.deps.push_back(last_compute_);
-      last_host_ = timeline_.add(h);
+      last_host_ = timeline_.add(std::move(h));
       TimelineTask t;
       t.stream = compute_;
       t.duration_s = k.launch_s + k.exec_s;
@@ -194,7 +194,7 @@ class Replay {
       t.slowdown_basis = kCommSlowdown;
       t.deps.swap(next_compute_deps_);
       t.deps.push_back(last_host_);
-      last_compute_ = timeline_.add(t);
+      last_compute_ = timeline_.add(std::move(t));
       flops_ += k.flops;
       ++kernels_;
     }
@@ -261,7 +261,7 @@ class Replay {
     t.category = std::string(collective_name(c.kind)) + " " + c.group;
     t.basis = cost.latency_s + launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
     ++collectives_;
-    return timeline_.add(t);
+    return timeline_.add(std::move(t));
   }
 
   const Placement& placement_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "common/error.h"
 
@@ -100,7 +101,9 @@ int Timeline::add_stream(const std::string& name, StreamKind kind) {
   return static_cast<int>(streams_.size()) - 1;
 }
 
-int64_t Timeline::add(const TimelineTask& task) {
+int64_t Timeline::add(const TimelineTask& task) { return add(TimelineTask(task)); }
+
+int64_t Timeline::add(TimelineTask&& task) {
   TITAN_CHECK(task.stream >= 0 && task.stream < static_cast<int>(streams_.size()),
               "timeline task on unknown stream ", task.stream);
   TITAN_CHECK(task.duration_s >= 0, "negative task duration ", task.duration_s);
@@ -112,7 +115,7 @@ int64_t Timeline::add(const TimelineTask& task) {
   for (int64_t d : task.deps)
     TITAN_CHECK(d >= 0 && d < id, "task depends on a task not yet added: ", d);
   streams_[static_cast<size_t>(task.stream)].tasks.push_back(id);
-  tasks_.push_back(task);
+  tasks_.push_back(std::move(task));
   dirty_ = true;
   return id;
 }
