@@ -2,6 +2,7 @@
 #include "study/recorder_pool.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -100,6 +101,11 @@ std::string get_str(std::string_view m, size_t* pos) {
 // The recorder process: requests in, recordings (or the error) out, until the study closes
 // its end.
 [[noreturn]] void serve(int fd) {
+  // A recording allocates and frees a trace's worth of memory: keep it mapped between
+  // recordings rather than hand it back to the kernel and fault it in (zeroed) again.
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
   InProcess recorder;
   std::string request;
   while (recv_message(fd, &request)) {
