@@ -68,17 +68,27 @@ namespace {
 bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, RecordingCache& cache,
                          SimulationResult* out, std::string* why) {
   std::optional<devices::Placement> placement;
+  // The figures of the last samples by depth: deeper samples move one layer step, so two of
+  // the three were replayed already.
+  std::array<std::pair<int64_t, ReplayFigures>, 3> last;
+  for (auto& l : last) l.first = -1;
   for (LayerSamples s = layer_samples(cfg);; s = deeper_samples(s)) {
     if (!s.ok) {
       *why = why->empty() ? s.why : *why + "; " + s.why;
       return false;
     }
+    std::array<ReplayFigures, 3> f;
+    std::array<bool, 3> have{};
+    for (size_t j = 0; j < 3; ++j)
+      for (auto& l : last)
+        if (!have[j] && l.first == s.layers[j]) f[j] = std::move(l.second), have[j] = true, l.first = -1;
     std::array<JobConfig, 3> cfgs;
     std::array<std::shared_future<std::shared_ptr<const RecordedStep>>, 3> recs;
-    for (size_t j = 0; j < 3; ++j) recs[j] = cache.request(cfgs[j] = with_layers(cfg, s.layers[j]));
-    std::array<ReplayFigures, 3> f;
+    for (size_t j = 0; j < 3; ++j)
+      if (!have[j]) recs[j] = cache.request(cfgs[j] = with_layers(cfg, s.layers[j]));
     try {
       for (size_t j = 0; j < 3; ++j) {
+        if (have[j]) continue;
         const std::shared_ptr<const RecordedStep> rec = recs[j].get();
         if (!placement)
           placement =
@@ -96,6 +106,7 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
       return true;
     }
     *why = x.why;  // kept if no deeper samples pay off
+    for (size_t j = 0; j < 3; ++j) last[j] = {s.layers[j], std::move(f[j])};
   }
 }
 
