@@ -14,11 +14,25 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
+  // Each op's run of element-wise ops (-1: none), as the replay lowers them: a run ends at an
+  // op of another kind and at every collective issue or wait (step_simulator.cpp).
+  std::vector<int64_t> run;
+  int64_t runs = 0;
+  bool in_run = false;
   for (const Trace* t : parts) {
     out.part_begins.push_back(out.ops);
+    in_run = false;
     for (const TraceEvent& e : t->events()) {
-      if (e.type != TraceEvent::Type::kCompute) continue;
+      if (e.type != TraceEvent::Type::kCompute) {
+        in_run = false;
+        continue;
+      }
       const int64_t at = out.ops++;
+      const bool fusable = e.op.kind == OpKind::kElementwise || e.op.kind == OpKind::kReduction ||
+                           e.op.kind == OpKind::kView;
+      if (fusable && !in_run) ++runs;
+      in_run = fusable;
+      run.push_back(fusable ? runs : -1);
       for (const auto* uses : {&e.op.reads, &e.op.writes})
         for (const TensorUse& u : *uses) {
           if (u.id <= 0) continue;
@@ -61,13 +75,15 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     } else if (rec.outlives_step) {
       out.ranges.push_back({LiveRange::Kind::kState, 0, id, 0, out.ops, rec.bytes});
     } else if (seen[i].first >= 0) {
-      out.ranges.push_back({LiveRange::Kind::kTemporary, maker(seen[i].maker), id, seen[i].first, seen[i].last + 1, rec.bytes});
+      const int64_t r = run[static_cast<size_t>(seen[i].first)];
+      out.ranges.push_back({LiveRange::Kind::kTemporary, maker(seen[i].maker), id, seen[i].first, seen[i].last + 1,
+                            rec.bytes, r >= 0 && r == run[static_cast<size_t>(seen[i].last)]});
     }
   }
   return out;
 }
 
-TraceMemory walk_memory(const LiveRanges& live) {
+TraceMemory walk_memory(const LiveRanges& live, bool fused) {
   const int64_t n = live.ops;
   // Live bytes as differences at op positions: +bytes where a range starts, -bytes where it ends.
   std::vector<int64_t> temp(static_cast<size_t>(n) + 1, 0), resized(static_cast<size_t>(n) + 1, 0);
@@ -78,7 +94,7 @@ TraceMemory walk_memory(const LiveRanges& live) {
       continue;
     }
     const int64_t from = std::clamp<int64_t>(r.from, 0, n), to = std::clamp<int64_t>(r.to, 0, n);
-    if (r.bytes <= 0 || from >= to) continue;
+    if (r.bytes <= 0 || from >= to || (fused && r.inside_fusion)) continue;
     auto& d = r.kind == LiveRange::Kind::kResized ? resized : temp;
     d[static_cast<size_t>(from)] += r.bytes;
     d[static_cast<size_t>(to)] -= r.bytes;
@@ -96,7 +112,8 @@ TraceMemory walk_memory(const LiveRanges& live) {
 
   std::vector<int64_t> by_maker(live.makers.size(), 0);
   for (const LiveRange& r : live.ranges)
-    if (r.kind == LiveRange::Kind::kTemporary && r.from <= m.peak_op && m.peak_op < r.to) by_maker[r.maker] += r.bytes;
+    if (r.kind == LiveRange::Kind::kTemporary && !(fused && r.inside_fusion) && r.from <= m.peak_op && m.peak_op < r.to)
+      by_maker[r.maker] += r.bytes;
   for (size_t i = 0; i < by_maker.size(); ++i)
     if (by_maker[i] > 0) m.peak_by_op.emplace_back(live.makers[i], by_maker[i]);
   std::stable_sort(m.peak_by_op.begin(), m.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

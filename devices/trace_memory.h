@@ -44,6 +44,9 @@ struct LiveRange {
   int64_t id = 0;         // TensorUse::id
   int64_t from = 0, to = 0;  // compute ops [from, to) it is live over (state: the whole step)
   int64_t bytes = 0;
+  // Made and last used inside one run of element-wise ops: where those run fused (compiled,
+  // defer_and_fuse) it stays in registers and is never allocated.
+  bool inside_fusion = false;
 };
 struct LiveRanges {
   int64_t ops = 0;
@@ -56,12 +59,20 @@ struct LiveRanges {
 // the storage table and resizes of the whole (resize positions count the ops of every part).
 LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
                        const std::vector<StorageResize>& resizes);
-TraceMemory walk_memory(const LiveRanges& live);
+// fused: element-wise runs execute as fused kernels (ExecutionOverheads::fuse_elementwise),
+// so the temporaries inside them take no memory.
+TraceMemory walk_memory(const LiveRanges& live, bool fused = false);
 
-inline TraceMemory trace_memory(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
-                                const std::vector<StorageResize>& resizes) {
-  return walk_memory(live_ranges(parts, storages, resizes));
+// The memory of a recording run unfused (eager) and fused.
+struct StepMemory {
+  TraceMemory eager, fused;
+  const TraceMemory& of(bool fused_elementwise) const { return fused_elementwise ? fused : eager; }
+};
+inline StepMemory step_memory(const LiveRanges& live) { return {walk_memory(live, false), walk_memory(live, true)}; }
+inline StepMemory trace_memory(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
+                               const std::vector<StorageResize>& resizes) {
+  return step_memory(live_ranges(parts, storages, resizes));
 }
-inline TraceMemory trace_memory(const Trace& t) { return trace_memory({&t}, t.storages(), t.storage_resizes()); }
+inline StepMemory trace_memory(const Trace& t) { return trace_memory({&t}, t.storages(), t.storage_resizes()); }
 
 }  // namespace titan::devices

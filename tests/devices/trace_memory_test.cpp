@@ -29,7 +29,7 @@ TEST(TraceMemory, TemporariesLiveFromFirstToLastUse) {
   t.compute(op("aten::mm_backward", {2}, {}));
   t.compute(op("aten::add", {1}, {4}));
   t.storages() = {{1000, true}, {100, false}, {30, false}, {120, false}};
-  const TraceMemory m = trace_memory(t);
+  const TraceMemory m = trace_memory(t).eager;
   EXPECT_EQ(m.state_bytes, 1000);
   EXPECT_EQ(m.peak_temporaries, 130);  // 2 and 3 at once (ops 1-2); 4 alone is 120
   EXPECT_EQ(m.peak_resized, 0);
@@ -50,7 +50,7 @@ TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   t.storage_resizes().push_back({static_cast<int64_t>(t.compute_ops()), 1, 0});
   t.compute(op("aten::add", {2}, {}));
   t.storages() = {{500, true}, {100, false}};
-  const TraceMemory m = trace_memory(t);
+  const TraceMemory m = trace_memory(t).eager;
   EXPECT_EQ(m.state_bytes, 0);  // resized storages are buffers, not state, though they outlive the step
   EXPECT_EQ(m.peak_resized, 500);
   EXPECT_EQ(m.peak_temporaries, 100);
@@ -62,7 +62,7 @@ TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   u.storage_resizes().push_back({1, 1, 0});
   u.compute(op("aten::add", {}, {2}));
   u.storages() = {{500, true}, {700, false}};
-  const TraceMemory mu = trace_memory(u);
+  const TraceMemory mu = trace_memory(u).eager;
   EXPECT_EQ(mu.peak_bytes, 700);  // 500 at op 0, then 700 alone
   EXPECT_EQ(mu.peak_op, 1);
 }
@@ -76,8 +76,8 @@ TEST(TraceMemory, PartsWalkAsOneTrace) {
     (i < 2 ? a : b).compute(ops[i]);
   }
   const std::vector<StorageRecord> table = {{10, false}, {20, false}, {40, false}};
-  const TraceMemory one = trace_memory({&whole}, table, {});
-  const TraceMemory two = trace_memory({&a, &b}, table, {});
+  const TraceMemory one = trace_memory({&whole}, table, {}).eager;
+  const TraceMemory two = trace_memory({&a, &b}, table, {}).eager;
   EXPECT_EQ(one.peak_bytes, 70);
   EXPECT_EQ(two.peak_bytes, one.peak_bytes);
   EXPECT_EQ(two.peak_op, one.peak_op);
@@ -85,6 +85,27 @@ TEST(TraceMemory, PartsWalkAsOneTrace) {
   LiveRanges live = live_ranges({&whole}, table, {});
   for (auto& r : live.ranges) r.bytes *= 3;
   EXPECT_EQ(walk_memory(live).peak_bytes, 210);
+}
+
+TEST(TraceMemory, FusedRunsKeepTheirTemporariesInRegisters) {
+  // mm -> [cast, mul, sum] -> mm: the cast's and the mul's outputs live only inside the
+  // element-wise run; the sum's output leaves it (read by the second matmul). A collective
+  // between two element-wise ops ends a run, as in the replay.
+  Trace t;
+  t.compute(matmul_op("aten::mm", {1, 64, 64, 64}));
+  t.compute(op("aten::to", {}, {1}));
+  t.compute(op("aten::mul", {1}, {2}));
+  t.compute(op("aten::sum", {2}, {3}));
+  t.compute(op("aten::mm", {3}, {}));
+  t.compute(op("aten::neg", {}, {4}));
+  t.wait(t.issue({}));
+  t.compute(op("aten::add", {4}, {}));
+  t.storages() = {{100, false}, {200, false}, {10, false}, {50, false}};
+  const StepMemory m = trace_memory(t);
+  EXPECT_EQ(m.eager.peak_bytes, 300);  // 1 and 2 at the mul
+  EXPECT_EQ(m.fused.peak_bytes, 50);   // only 3 (read after the run) and 4 (across the collective)
+  ASSERT_EQ(m.fused.peak_by_op.size(), 1u);
+  EXPECT_EQ(m.fused.peak_by_op[0].first, "aten::neg");
 }
 
 TEST(TraceMemory, ReportSplitsStateAndRefusesWhatDoesNotFit) {

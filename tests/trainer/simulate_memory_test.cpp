@@ -32,12 +32,13 @@ TEST(SimulateMemory, StateIsWhatTheTrainerStores) {
   // Parameters, their gradients and two AdamW states, all in the parameter dtype; anything
   // else the trainer keeps across steps is small.
   const int64_t params = rec.local_params * rec.param_elem_bytes;
-  EXPECT_GE(rec.memory.state_bytes, 4 * params);
-  EXPECT_LT(rec.memory.state_bytes, 4 * params + (int64_t{1} << 20));
+  EXPECT_GE(rec.memory.eager.state_bytes, 4 * params);
+  EXPECT_LT(rec.memory.eager.state_bytes, 4 * params + (int64_t{1} << 20));
+  EXPECT_EQ(rec.memory.fused.state_bytes, rec.memory.eager.state_bytes);
 }
 
 TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
-  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.peak_temporaries; };
+  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager.peak_temporaries; };
   const int64_t none = peak({"--activation_checkpoint.mode", "none"});
   const int64_t none4 = peak({"--activation_checkpoint.mode", "none", "--training.local_batch_size", "4"});
   const int64_t full = peak({"--activation_checkpoint.mode", "full"});
@@ -50,20 +51,35 @@ TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
 }
 
 TEST(SimulateMemory, FsdpBuffersHoldAUnitOrTwoAndTheReportAddsUp) {
-  const JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none"});
+  const JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none", "--simulation.execution", "eager"});
   const RecordedStep rec = record_step(cfg);
   const SimulationResult r = replay_step(cfg, rec, rec.chip, rec.placement);
+  const devices::TraceMemory& m = rec.memory.eager;
   // The gathered parameters of the current block and the prefetched next one, never the
   // whole model (8 shards of it are stored).
   const int64_t unsharded = rec.local_params * 8 * rec.param_elem_bytes;
-  EXPECT_GT(rec.memory.peak_resized, 0);
-  EXPECT_LT(rec.memory.peak_resized, unsharded / 2);
-  EXPECT_EQ(r.memory.activations, rec.memory.peak_temporaries);
-  EXPECT_EQ(r.memory.collective_buffers, rec.memory.peak_resized);
-  EXPECT_EQ(r.memory.params + r.memory.grads + r.memory.optimizer, rec.memory.state_bytes);
-  EXPECT_EQ(r.memory.total, rec.memory.state_bytes + rec.memory.peak_bytes + r.memory.runtime_reserve);
+  EXPECT_GT(m.peak_resized, 0);
+  EXPECT_LT(m.peak_resized, unsharded / 2);
+  EXPECT_EQ(r.memory.activations, m.peak_temporaries);
+  EXPECT_EQ(r.memory.collective_buffers, m.peak_resized);
+  EXPECT_EQ(r.memory.params + r.memory.grads + r.memory.optimizer, m.state_bytes);
+  EXPECT_EQ(r.memory.total, m.state_bytes + m.peak_bytes + r.memory.runtime_reserve);
   ASSERT_FALSE(r.memory.peak_by_op.empty());
   EXPECT_EQ(r.memory.peak_by_op.front().first.rfind("aten::", 0), 0u) << r.memory.peak_by_op.front().first;
+}
+
+TEST(SimulateMemory, FusedElementwiseTemporariesTakeNoMemory) {
+  // The same recording: compiled and defer_and_fuse replays keep a run of element-wise ops in
+  // registers (the loss's fp32 upcast and log-softmax temporaries, the norms' squares).
+  JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none"});
+  const RecordedStep rec = record_step(cfg);
+  EXPECT_LT(rec.memory.fused.peak_bytes, rec.memory.eager.peak_bytes);
+  EXPECT_GT(rec.memory.fused.peak_bytes, rec.memory.eager.peak_bytes / 2);  // saved tensors stay
+  for (Execution mode : {Execution::kEager, Execution::kDeferAndFuse, Execution::kCompiled}) {
+    cfg.simulation.execution = mode;
+    const SimulationResult r = replay_step(cfg, rec, rec.chip, rec.placement);
+    EXPECT_EQ(r.memory.activations, rec.memory.of(mode != Execution::kEager).peak_temporaries);
+  }
 }
 
 // The walk against a real step on this host: the debug model trained by the real trainer (one
@@ -95,12 +111,13 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
       peak = tensors.peak();
     }
     const RecordedStep rec = record_step(cfg);
-    const int64_t predicted = rec.memory.state_bytes + rec.memory.peak_bytes;
+    const devices::TraceMemory& m = rec.memory.eager;  // the real run is eager
+    const int64_t predicted = m.state_bytes + m.peak_bytes;
     std::printf("  debug model B4 x S256, fused kernels %s: predicted %.2f MB (state %.2f, step peak %.2f), "
                 "measured %.2f MB (held between steps %.2f)\n",
-                fused, predicted / 1e6, rec.memory.state_bytes / 1e6, rec.memory.peak_bytes / 1e6, peak / 1e6,
+                fused, predicted / 1e6, m.state_bytes / 1e6, m.peak_bytes / 1e6, peak / 1e6,
                 held / 1e6);
-    EXPECT_NEAR(static_cast<double>(rec.memory.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused;
+    EXPECT_NEAR(static_cast<double>(m.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused;
     EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, 0.15) << fused;
   }
   unsetenv("TITAN_CPU_CALIBRATION");

@@ -19,7 +19,7 @@ static_assert(
         sizeof(devices::TraceEvent) == 360 && sizeof(devices::Trace) == 160,
     "devices::Trace changed: carry the new fields in recording_wire.cpp, then update these sizes");
 static_assert(sizeof(RecordedStep) - sizeof(devices::ChipSpec) - sizeof(devices::Placement) ==
-                      416 &&
+                      504 &&
                   sizeof(RecordedPipeline) == 296 && sizeof(PipelineSegment) == 192 &&
                   sizeof(PipeSchedule) == 96 && sizeof(SimCollectiveEvent) == 136 &&
                   sizeof(ParallelDims) == 48,

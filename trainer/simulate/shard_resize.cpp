@@ -643,7 +643,7 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
         out->pipeline ? out->pipeline->storage_resizes[q] : out->trace.storage_resizes();
     for (const auto& z : r.storages) table[z.index].bytes = resized(z.numel, z.padded, z.elem);
     for (const auto& z : r.resizes) resizes[z.index].bytes = resized(z.numel, z.padded, z.elem);
-    (out->pipeline ? out->pipeline->memory[q] : out->memory) = devices::walk_memory(live);
+    (out->pipeline ? out->pipeline->memory[q] : out->memory) = devices::step_memory(live);
     int64_t params = 0;
     for (int64_t n : r.numels) params += shard_len(n, w) - shard_len(n, w0);
     if (out->pipeline)

@@ -119,9 +119,11 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   f.param_elem_bytes = rec.param_elem_bytes;
   f.microbatches = rec.microbatches;
   f.global_batch = rec.global_batch;
-  f.memory = rec.memory;
   devices::SimulationOptions o;
   o.execution = execution_mode(cfg);
+  // Element-wise runs fused (compiled, defer_and_fuse): their temporaries take no memory.
+  const bool fused = devices::execution_overheads(chip, o.execution).fuse_elementwise;
+  f.memory = rec.memory.of(fused);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
   if (rec.pipeline) {
@@ -138,7 +140,11 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     f.exposed_by_kind = std::move(pr.exposed_by_kind);
     f.rank_busy_s = std::move(pr.rank_busy_s);
     f.rank_local_params = p.local_params;
-    f.rank_memory = p.memory;
+    // Pipeline ranks: walked unfused whatever the mode. Fused, a stage's peak can move
+    // within a segment as the model deepens (a transient early in it against the activations
+    // its last layer leaves), which layer extrapolation cannot extend; unfused is the upper
+    // bound.
+    for (const devices::StepMemory& m : p.memory) f.rank_memory.push_back(m.eager);
     f.rank_holds_output = p.holds_output;
   } else {
     o.keep_events = true;  // exposed time by kind; dropped again unless asked for

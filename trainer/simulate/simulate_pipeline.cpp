@@ -35,7 +35,7 @@ devices::Trace slice(const devices::Trace& t, size_t b, size_t e, int64_t* p2p_b
 
 }  // namespace
 
-devices::TraceMemory rank_memory(const RecordedPipeline& p, size_t q) {
+devices::StepMemory rank_memory(const RecordedPipeline& p, size_t q) {
   std::vector<const devices::Trace*> parts;
   for (const PipelineSegment& seg : p.ranks[q]) parts.push_back(&seg.trace);
   return devices::trace_memory(parts, p.storages[q], p.storage_resizes[q]);

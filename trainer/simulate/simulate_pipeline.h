@@ -37,7 +37,7 @@ struct RecordedPipeline {
   std::vector<int64_t> local_params;                  // per pipeline rank: elements stored
   // Per pipeline rank: its step's memory (devices/trace_memory.h) and what the walk takes
   // besides the segments, to walk them again after a resize.
-  std::vector<devices::TraceMemory> memory;
+  std::vector<devices::StepMemory> memory;
   std::vector<std::vector<devices::StorageRecord>> storages;
   std::vector<std::vector<devices::StorageResize>> storage_resizes;
   std::vector<bool> holds_output;                     // per pipeline rank: the last stage
@@ -51,7 +51,7 @@ struct RecordOptions;  // trace_recorder.h
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
 
 // Pipeline rank q's memory, walked over its segments in program order.
-devices::TraceMemory rank_memory(const RecordedPipeline& p, size_t q);
+devices::StepMemory rank_memory(const RecordedPipeline& p, size_t q);
 
 struct PipelineReplayReport {
   devices::StepReport report;           // step time = the replay's makespan; per-chip figures
