@@ -60,6 +60,7 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
   }
   for (auto& u : units_) {
     u->sync_ = &sync_;
+    u->reshard_after_backward_ = &reshard_after_backward_;
     u->on_grad = [this] {
       if (finish_queued_) return;
       finish_queued_ = true;

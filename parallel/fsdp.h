@@ -76,6 +76,11 @@ class Fsdp {
   // locally (no reduce-scatter) until a backward runs with it true again, so gradient
   // accumulation reduces once per step instead of once per micro-batch.
   void set_requires_gradient_sync(bool sync) { sync_ = sync; }
+  // FSDP2's set_reshard_after_backward: true (the default) frees a unit's gathered parameters
+  // as soon as all its gradients are in; false keeps them until the end of the backward call,
+  // as a pipeline schedule does (PyTorch's pipelining turns it off but for the last
+  // micro-batch: a stage's blocks run backward again for the next one).
+  void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
 
   // Waits for every outstanding gradient reduction and accumulates the shards' .grad;
   // frees gathered parameters still held. Runs by itself at the end of each backward.
@@ -92,6 +97,7 @@ class Fsdp {
   std::vector<std::unique_ptr<FsdpUnit>> units_;  // [0] embedding (tied: head), [1 + i] block i, [last] head
   bool tied_ = false;
   bool sync_ = true;
+  bool reshard_after_backward_ = true;
   bool finish_queued_ = false;
   FsdpUnit& head_unit() { return tied_ ? *units_.front() : *units_.back(); }
 };

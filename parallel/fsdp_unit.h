@@ -116,9 +116,10 @@ class FsdpUnit {
   bool reshard_after_forward() const { return reshard_after_forward_; }
 
   // Called by UnshardFunction::backward with the gradient of parameter i; once every
-  // parameter of the unit has one, its gathered buffers are freed (no backward op reads
-  // them any more; kept until finish_backward, every block's would be live at the end of
-  // backward) and the unit's reduction is issued.
+  // parameter of the unit has one, its gathered buffers are freed unless the plan keeps them
+  // to the end of backward (Fsdp::set_reshard_after_backward: no backward op reads them any
+  // more, and kept, every block's are live at once late in backward) and the unit's
+  // reduction is issued.
   void add_grad(size_t i, const torch::Tensor& grad) {
     if (on_grad) on_grad();
     if (pending_grads_.empty()) pending_grads_.resize(params_.size());
@@ -128,7 +129,7 @@ class FsdpUnit {
     flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
     pending_grads_[i] = flat;
     if (++grads_seen_ < params_.size()) return;
-    reshard();
+    if (!reshard_after_backward_ || *reshard_after_backward_) reshard();
     if (issue_reduce() && on_reduce_issued) on_reduce_issued(this);
   }
 
@@ -216,6 +217,7 @@ class FsdpUnit {
   std::function<void(FsdpUnit*)> on_reduce_issued;
   std::function<void()> on_grad;
   const bool* sync_ = nullptr;
+  const bool* reshard_after_backward_ = nullptr;  // Fsdp's flag
 
  private:
   // Tells the observer of a reduction over the parameters in reduce_index_ (tensors: one each).

@@ -233,7 +233,10 @@ double Trainer::pipeline_step(const torch::Tensor& inputs, const torch::Tensor& 
   };
   // Each backward action ends with FSDP's final callback; with sync off it only accumulates.
   // REDUCE_GRAD then reduces what every micro-batch accumulated, once.
-  if (fsdp) fsdp->set_requires_gradient_sync(false);
+  if (fsdp) {
+    fsdp->set_requires_gradient_sync(false);
+    fsdp->set_reshard_after_backward(false);
+  }
   auto reduce_grad = [fsdp, reduce] {
     if (!fsdp || !reduce) return;
     fsdp->set_requires_gradient_sync(true);
@@ -241,6 +244,7 @@ double Trainer::pipeline_step(const torch::Tensor& inputs, const torch::Tensor& 
   };
   torch::Tensor loss = pipeline_->run(model_, inputs, labels, loss_fn, fsdp ? fsdp->root_wrapper() : WrapFn(),
                                       reduce_grad);
+  if (fsdp) fsdp->set_reshard_after_backward(true);
   return loss.defined() && !on_meta_ ? loss.item<double>() : 0.0;
 }
 
