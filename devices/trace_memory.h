@@ -24,7 +24,8 @@ struct TraceMemory {
   int64_t peak_op = -1;          // compute op number at the peak (-1: not known, an extrapolated step)
   // The peak within each part walked (trace_memory over parts; one part for a whole trace),
   // split the same way: a pipeline rank's peak moves between its segments as the model
-  // deepens, each segment's own peak does not (trainer/simulate/layer_extrapolation.h).
+  // deepens, each segment's own unfused peak does not (trainer/simulate/layer_extrapolation.h;
+  // the fused one can, so pipeline ranks are reported unfused, trainer/simulate/simulate.cpp).
   struct Part {
     int64_t temporaries = 0, resized = 0;
   };
