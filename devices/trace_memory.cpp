@@ -60,10 +60,12 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     const StorageRecord rec = i <= storages.size() ? storages[i - 1] : StorageRecord{seen[i].bytes, false};
     if (auto it = resized.find(id); it != resized.end()) {
       // A buffer the plan resizes: empty before a first refill (freed since the last step),
-      // at its recorded size before a first free; then each size until the next resize.
+      // at its recorded size from its first use before a first free (a collective's input
+      // released when the collective completes); then each size until the next resize.
       auto& rs = it->second;
       std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->at_op < b->at_op; });
-      int64_t size = rs.front()->bytes > 0 ? 0 : rec.bytes, from = 0;
+      const bool freed_first = rs.front()->bytes == 0;
+      int64_t size = freed_first ? rec.bytes : 0, from = freed_first ? std::max<int64_t>(0, seen[i].first) : 0;
       auto piece = [&](int64_t to) {
         if (size > 0 && to > from) out.ranges.push_back({LiveRange::Kind::kResized, 0, id, from, to, size});
       };

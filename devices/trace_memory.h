@@ -2,9 +2,8 @@
 // keeps every storage live from the first op that touches it to the last (the allocator
 // frees a tensor once its last user is done), storages still referenced after the step as
 // state, and the buffers a parallel plan frees and refills outside any op (FSDP's gathered
-// parameters) at the sizes it gave them. What the walk cannot see: allocator fragmentation and
-// rounding, and a tensor a collective still reads after its last op (a gradient waiting for
-// its reduce-scatter): ~one layer's gradients at the peak, at most.
+// parameters, and the gradients an async reduce-scatter reads until it completes) at the sizes
+// it gave them. What the walk cannot see: allocator fragmentation and rounding.
 #pragma once
 
 #include <cstdint>

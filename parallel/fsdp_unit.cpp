@@ -6,20 +6,8 @@
 
 namespace titan {
 
-namespace {
-StorageResizeListener& resize_listener() {
-  static StorageResizeListener l;
-  return l;
-}
-void tell_listener(const torch::Tensor& t, int64_t nbytes) {
-  if (const auto& l = resize_listener()) l(t, nbytes);
-}
-}  // namespace
-
-void set_storage_resize_listener(StorageResizeListener listener) { resize_listener() = std::move(listener); }
-
 void free_storage(const torch::Tensor& t) {
-  if (t.is_meta()) return tell_listener(t, 0);
+  if (t.is_meta()) return note_storage_bytes(t, 0);
   auto* impl = t.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == 0) return;
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
@@ -28,7 +16,7 @@ void free_storage(const torch::Tensor& t) {
 
 void refill_storage(const torch::Tensor& t) {
   const size_t bytes = t.numel() * t.element_size();
-  if (t.is_meta()) return tell_listener(t, static_cast<int64_t>(bytes));
+  if (t.is_meta()) return note_storage_bytes(t, static_cast<int64_t>(bytes));
   auto* impl = t.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == bytes) return;
   impl->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));

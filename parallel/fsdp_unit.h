@@ -13,18 +13,16 @@
 #include "common/error.h"
 #include "parallel/fsdp.h"
 #include "parallel/fsdp_observer.h"
+#include "parallel/storage_listener.h"
 
 namespace titan {
 
 // Frees a buffer's memory while keeping its TensorImpl (and every view of it that autograd
 // saved) intact; refill_storage gives it memory again before the views are read.
-// Meta tensors (simulated runs) have no memory to free or refill: the listener, if set, is
-// told instead (the trace recorder, whose memory walk follows the buffer's real size).
+// Meta tensors (simulated runs) have no memory to free or refill: the storage listener is
+// told instead (parallel/storage_listener.h).
 void free_storage(const torch::Tensor& t);
 void refill_storage(const torch::Tensor& t);
-using StorageResizeListener = std::function<void(const torch::Tensor&, int64_t nbytes)>;
-// Process-wide; set only while a simulated step is recorded.
-void set_storage_resize_listener(StorageResizeListener listener);
 
 // One sharded parameter of a unit.
 struct ShardedParam {
@@ -169,6 +167,7 @@ class FsdpUnit {
       note_reduction(*o, "reduce_scatter", shard_group_, ins, true);
     }
     reduce_work_ = shard_group_.reduce_scatter(outs, ins, ReduceOp::kSum);
+    reduce_ins_ = std::move(ins);  // read by the collective until it completes
     pending_grads_.clear();
     grads_seen_ = 0;
     return true;
@@ -178,6 +177,8 @@ class FsdpUnit {
   void start_replicate_reduce() {
     if (!reduce_work_ || replicate_work_) return;
     reduce_work_->wait();
+    for (const auto& t : reduce_ins_) release_storage(t);
+    reduce_ins_.clear();
     if (replicate_group_.size() <= 1) return;
     if (FsdpObserver* o = fsdp_observer()) note_reduction(*o, "all_reduce", replicate_group_, reduce_outs_, false);
     replicate_work_ = replicate_group_.all_reduce(reduce_outs_, ReduceOp::kSum);
@@ -243,7 +244,7 @@ class FsdpUnit {
   std::vector<torch::Tensor> unsynced_;  // full gradients summed while sync is off
   size_t grads_seen_ = 0;
   std::vector<size_t> reduce_index_;
-  std::vector<torch::Tensor> reduce_outs_;
+  std::vector<torch::Tensor> reduce_ins_, reduce_outs_;
   WorkPtr reduce_work_, replicate_work_;
 };
 

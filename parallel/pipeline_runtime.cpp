@@ -1,6 +1,7 @@
 #include "parallel/pipeline_runtime.h"
 
 #include "common/error.h"
+#include "parallel/storage_listener.h"
 
 namespace titan {
 namespace {
@@ -133,7 +134,10 @@ torch::Tensor PipelineRuntime::run(const PipelineStageFns& fns) {
     }
     if (fns.observer) fns.observer(a, false);
   }
-  for (auto& [work, tensor] : sends_) work->wait();
+  for (auto& [work, tensor] : sends_) {
+    work->wait();
+    release_storage(tensor);  // held for the send until here
+  }
   sends_.clear();
   TITAN_CHECK(!store_ || store_->pending() == 0, "pipeline: ", store_ ? store_->pending() : 0,
               " deferred weight gradients were never computed (an I without its W)");

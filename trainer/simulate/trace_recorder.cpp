@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
-#include "parallel/fsdp_unit.h"
+#include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/simulate/recorded_op_kinds.h"
