@@ -61,6 +61,10 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
   for (auto& u : units_) {
     u->sync_ = &sync_;
     u->reshard_after_backward_ = &reshard_after_backward_;
+    u->before_reduce = [this](FsdpUnit* next) {
+      if (last_reducing_ && last_reducing_ != next) last_reducing_->note_reduce_inputs_done();
+      last_reducing_ = next;
+    };
     u->on_grad = [this] {
       if (finish_queued_) return;
       finish_queued_ = true;
@@ -141,6 +145,7 @@ BlockWrapFn Fsdp::block_wrapper() {
 
 void Fsdp::finish_backward() {
   finish_queued_ = false;
+  last_reducing_ = nullptr;
   // Units whose gradients arrived only in part (unused parameters) reduce what they have.
   for (auto& u : units_) {
     if (!u->reducing()) u->issue_reduce();

@@ -99,6 +99,7 @@ class Fsdp {
   bool sync_ = true;
   bool reshard_after_backward_ = true;
   bool finish_queued_ = false;
+  FsdpUnit* last_reducing_ = nullptr;  // the unit whose reduce-scatter was issued last
   FsdpUnit& head_unit() { return tied_ ? *units_.front() : *units_.back(); }
 };
 

@@ -166,6 +166,7 @@ class FsdpUnit {
       for (size_t k = 0; k < reduce_index_.size(); ++k) o->shard_sized(outs[k], params_[reduce_index_[k]].numel);
       note_reduction(*o, "reduce_scatter", shard_group_, ins, true);
     }
+    if (before_reduce) before_reduce(this);
     reduce_work_ = shard_group_.reduce_scatter(outs, ins, ReduceOp::kSum);
     reduce_ins_ = std::move(ins);  // read by the collective until it completes
     pending_grads_.clear();
@@ -217,6 +218,15 @@ class FsdpUnit {
   // when a gradient arrives (so that the end of backward is hooked); sync_ is Fsdp's flag.
   std::function<void(FsdpUnit*)> on_reduce_issued;
   std::function<void()> on_grad;
+  // Set by Fsdp: called before this unit's reduce-scatter is issued.
+  std::function<void(FsdpUnit*)> before_reduce;
+  // On meta: the reduce-scatter inputs count as freed now. This trainer holds them until the
+  // reduction is waited on; on an accelerator a reduce-scatter is done by the time the next
+  // block's is issued (FSDP2 frees the previous one's input there), which is what the memory
+  // walk should see. No effect on real tensors.
+  void note_reduce_inputs_done() {
+    for (const auto& t : reduce_ins_) release_storage(t);
+  }
   const bool* sync_ = nullptr;
   const bool* reshard_after_backward_ = nullptr;  // Fsdp's flag
 
