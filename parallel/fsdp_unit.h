@@ -168,7 +168,8 @@ class FsdpUnit {
     }
     if (before_reduce) before_reduce(this);
     reduce_work_ = shard_group_.reduce_scatter(outs, ins, ReduceOp::kSum);
-    reduce_ins_ = std::move(ins);  // read by the collective until it completes
+    // Kept on meta only, for the memory walk's notes; a real collective holds its own inputs.
+    if (!ins.empty() && ins.front().is_meta()) reduce_ins_ = std::move(ins);
     pending_grads_.clear();
     grads_seen_ = 0;
     return true;
