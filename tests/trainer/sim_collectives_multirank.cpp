@@ -13,8 +13,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <mutex>
@@ -23,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/trainer/placeholder_cpu_calibration.h"
 #include "trainer/components/tensor_memory.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
@@ -108,10 +107,8 @@ int main(int argc, char** argv) {
       }
       // Memory: the same config recorded for the cpu device (its fused kernels, as this run;
       // the calibration's rates do not enter the memory), walked unfused (a real run is eager).
-      const std::string cal = "/tmp/titan_sim_collectives_cal_" + std::to_string(rank) + ".toml";
-      std::ofstream(cal) << "[cpu]\nsgemm_flops = 1e11\nmem_bytes_per_s = 1e10\nmpi_latency_s = 2e-6\n"
-                            "mpi_bytes_per_s = 4e9\ncores = 2\nop_overhead_s = 7e-6\n";
-      setenv("TITAN_CPU_CALIBRATION", cal.c_str(), 1);
+      titan::testing::use_placeholder_cpu_calibration("/tmp/titan_sim_collectives_cal_" + std::to_string(rank) +
+                                                      ".toml");
       sim.simulation.device = "cpu";
       const titan::RecordedStep mem = titan::record_step(sim);
       const titan::devices::TraceMemory& m =

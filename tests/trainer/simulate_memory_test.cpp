@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
+#include "tests/trainer/placeholder_cpu_calibration.h"
 #include "trainer/components/tensor_memory.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
@@ -89,11 +89,7 @@ TEST(SimulateMemory, FusedElementwiseTemporariesTakeNoMemory) {
 TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
   const std::string dir = "/tmp/titan_simulate_memory_test";
   std::filesystem::create_directories(dir);
-  // The cpu device needs a calibration to be named; its rates do not enter the memory.
-  std::ofstream(dir + "/cpu_calibration.toml") << "[cpu]\nsgemm_flops = 1e11\nmem_bytes_per_s = 1e10\n"
-                                                  "mpi_latency_s = 2e-6\nmpi_bytes_per_s = 4e9\ncores = 2\n"
-                                                  "op_overhead_s = 7e-6\n";
-  setenv("TITAN_CPU_CALIBRATION", (dir + "/cpu_calibration.toml").c_str(), 1);
+  testing::use_placeholder_cpu_calibration(dir + "/cpu_calibration.toml");  // to name the cpu device
   for (const char* fused : {"true", "false"}) {
     const JobConfig cfg = load_job_config({"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
                                            "--job.dump_folder", dir, "--training.local_batch_size", "4",

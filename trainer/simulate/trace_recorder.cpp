@@ -17,6 +17,7 @@
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/simulate/recorded_op_kinds.h"
+#include "trainer/simulate/storage_ids.h"
 
 namespace titan {
 
@@ -65,40 +66,6 @@ int64_t ivalue_bytes(const c10::IValue& v) {
   return 0;
 }
 
-// A tensor's identity for the data flow: its storage (views share it, in-place ops write it).
-// Each storage seen gets the next number, and a weak reference keeps its StorageImpl's memory
-// (not its data) until the recording ends: an address alone would be reused by a later
-// allocation, linking unrelated ops and making the trace depend on the process's heap history.
-// The weak reference also tells, when the step is over, which storages outlived it (state).
-struct SeenStorage {
-  int64_t id = 0;
-  c10::weak_intrusive_ptr<c10::StorageImpl> weak;
-  int64_t bytes = 0;  // when first seen
-};
-std::mutex storage_mu;
-std::unordered_map<const c10::StorageImpl*, SeenStorage> storage_ids;
-
-int64_t storage_id(const at::Tensor& t) {
-  if (!t.defined() || !t.has_storage()) return 0;
-  std::lock_guard<std::mutex> lock(storage_mu);
-  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-  auto it = storage_ids.find(impl);
-  if (it == storage_ids.end())
-    it = storage_ids
-             .emplace(impl, SeenStorage{static_cast<int64_t>(storage_ids.size()) + 1, t.storage().getWeakStorageImpl(),
-                                        static_cast<int64_t>(t.storage().nbytes())})
-             .first;
-  return it->second.id;
-}
-
-// `t`'s storage takes the identity `id` (a buffer the real run writes in place of `t`).
-void alias_storage(const at::Tensor& t, int64_t id) {
-  if (!t.defined() || !t.has_storage() || id == 0) return;
-  std::lock_guard<std::mutex> lock(storage_mu);
-  auto it = storage_ids.find(t.storage().unsafeGetStorageImpl());
-  if (it != storage_ids.end()) it->second.id = id;
-}
-
 }  // namespace
 
 int64_t recorded_issue_count() {
@@ -109,19 +76,9 @@ int64_t recorded_issue_count() {
                        [](const devices::TraceEvent& e) { return e.type == devices::TraceEvent::Type::kIssue; });
 }
 
-int64_t recorded_storage_id(const at::Tensor& t) {
-  if (!t.defined() || !t.has_storage()) return 0;
-  std::lock_guard<std::mutex> lock(storage_mu);
-  auto it = storage_ids.find(t.storage().unsafeGetStorageImpl());
-  return it == storage_ids.end() ? 0 : it->second.id;
-}
+int64_t recorded_storage_id(const at::Tensor& t) { return known_storage_id(t); }
 
 namespace {
-
-void forget_storages() {
-  std::lock_guard<std::mutex> lock(storage_mu);
-  storage_ids.clear();
-}
 
 void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
   auto one = [&](const at::Tensor& t) {
@@ -371,14 +328,7 @@ TraceRecorder::~TraceRecorder() {
 }
 
 const devices::Trace& TraceRecorder::finish() {
-  std::lock_guard<std::mutex> lock(storage_mu);
-  auto& table = trace_.storages();
-  table.assign(storage_ids.size(), {});
-  // An aliased storage (alias_storage) shares its entry: the larger size, state if either is.
-  for (const auto& [impl, s] : storage_ids) {
-    devices::StorageRecord& r = table[static_cast<size_t>(s.id - 1)];
-    r = {std::max(r.bytes, s.bytes), r.outlives_step || !s.weak.expired()};
-  }
+  trace_.storages() = storage_table();
   return trace_;
 }
 
