@@ -1,5 +1,6 @@
 #include "collectives/communicator.h"
 
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -123,13 +124,19 @@ WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
   }
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
   auto work = std::make_shared<AsyncWork>();
-  progress_->post([this, info = std::move(info), fn = std::move(fn), work] {
+  // The op runs under the issuer's c10 debug info, as autograd's worker threads do, so a
+  // memory listener installed by the issuer (the profiler, TensorMemoryTracker) also sees what
+  // the op allocates and frees; the op's closure holds tensors, so it is dropped inside too.
+  progress_->post([this, info = std::move(info), fn = std::move(fn), work,
+                   debug = c10::ThreadLocalDebugInfo::current()]() mutable {
+    c10::DebugInfoGuard guard(std::move(debug));
     try {
       run_watched(info.op.c_str(), info.bytes, fn);
       work->mark_done();
     } catch (...) {
       work->mark_failed(std::current_exception());
     }
+    fn = nullptr;
   });
   return work;
 }

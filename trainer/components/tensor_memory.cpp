@@ -3,16 +3,20 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
-#include <algorithm>
+#include <atomic>
 
 namespace titan {
 
+// Atomic: a communicator's progress thread runs its ops under the issuer's debug info
+// (collectives/communicator.cpp), so frees of reduced buffers arrive from that thread.
 struct TensorMemoryTracker::Impl : c10::MemoryReportingInfoBase {
-  int64_t current = 0, peak = 0;
+  std::atomic<int64_t> current{0}, peak{0};
   void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device device) override {
     if (!device.is_cpu()) return;
-    current += alloc_size;  // negative for a free
-    peak = std::max(peak, current);
+    const int64_t now = current.fetch_add(alloc_size) + alloc_size;  // negative for a free
+    int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
   }
   bool memoryProfilingEnabled() const override { return true; }
 };
@@ -29,6 +33,6 @@ TensorMemoryTracker::~TensorMemoryTracker() = default;
 
 int64_t TensorMemoryTracker::current() const { return impl_->current; }
 int64_t TensorMemoryTracker::peak() const { return impl_->peak; }
-void TensorMemoryTracker::reset_peak() { impl_->peak = impl_->current; }
+void TensorMemoryTracker::reset_peak() { impl_->peak = impl_->current.load(); }
 
 }  // namespace titan

@@ -1,4 +1,5 @@
-// Bytes of tensor memory the CPU allocator hands out on this thread, and their peak: what a
+// Bytes of tensor memory the CPU allocator hands out on this thread (and on the collective
+// progress threads working for it, which run under its debug info), and their peak: what a
 // step really holds in tensors (the figure the simulator's memory walk predicts), without
 // the process's code, libraries and allocator slack that the resident set adds. Listens
 // through c10's memory reporting (the profiler's hook), so it cannot run while the profiler
