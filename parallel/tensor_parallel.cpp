@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
+#include "parallel/op_save_hook.h"
 
 namespace titan {
 namespace {
@@ -82,7 +83,13 @@ struct GatherSeq : torch::autograd::Function<GatherSeq> {
 struct ReduceScatterSeq : torch::autograd::Function<ReduceScatterSeq> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t tp) {
     ctx->saved_data["tp"] = tp;
-    return reduce_scatter_seq(x, *reinterpret_cast<Communicator*>(tp));
+    // Op-level activation checkpointing keeps the reduce-scatter's output (as TorchTitan's
+    // policy does): the recompute then issues no collective here, on every rank alike.
+    const OpSaveAction act = op_save_next(SavedOp::kReduceScatter);
+    if (act == OpSaveAction::kReuse) return op_save_take(SavedOp::kReduceScatter)[0];
+    auto out = reduce_scatter_seq(x, *reinterpret_cast<Communicator*>(tp));
+    if (act == OpSaveAction::kKeep) op_save_keep(SavedOp::kReduceScatter, {out});
+    return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     return {all_gather_seq(g[0], comm_of(ctx)), torch::Tensor()};

@@ -36,8 +36,22 @@ add_test(NAME parallel_loss_parity_reshard_and_ac
                  fsdp2_reshard_never:2:--parallelism.fsdp_reshard_after_forward=never
                  fsdp2_ac_full:2:--activation_checkpoint.mode=full
                  single_ac_selective:1:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_every=2
+                 single_ac_op:1:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op
+                 fsdp2_ac_op:2:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_reshard_and_ac PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# Op-level selective AC on the composite ATen path (its reused products and attention take
+# their own autograd nodes, trainer/model/kept_ops.h) and under tensor parallel, where the
+# sequence-parallel reduce-scatter's output is kept and the recompute issues none.
+set(_op_ac --activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op)
+add_test(NAME parallel_loss_parity_op_ac_composite
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=258,--training.fused_kernels=false
+                 single_ac_op:1:${_op_ac}
+                 fsdp2_ac_op:2:${_op_ac},--parallelism.data_parallel_shard_degree=2
+                 tp2_sp_ac_op:2:${_op_ac},--parallelism.tensor_parallel_degree=2
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_op_ac_composite PROPERTIES TIMEOUT 600 PROCESSORS 2)
 
 # FSDP units as TorchTitan wraps them (embedding, blocks, head), with tied weights (the
 # embedding joins the head unit) and with gradient sync on every micro-batch instead of

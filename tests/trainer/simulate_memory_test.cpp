@@ -50,6 +50,22 @@ TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
   EXPECT_LT(every2, none);
 }
 
+TEST(SimulateMemory, OpLevelCheckpointingKeepsItsSavedOutputsLive) {
+  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager.peak_temporaries; };
+  const int64_t none = peak({"--activation_checkpoint.mode", "none"});
+  const int64_t full = peak({"--activation_checkpoint.mode", "full"});
+  const int64_t op = peak({"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"});
+  // What op-level AC keeps per token and block: the q, v, gate and down-projection products
+  // and the attention output (dim 256, 2 kv heads of 64, ffn 768), in bf16 (the config's
+  // parameter dtype); 2 x 512 tokens per rank, 4 blocks. The walk must see all of it live
+  // when backward starts, on top of what full AC keeps.
+  const int64_t kept = (256 + 128 + 768 + 256 + 256) * int64_t{2} * (2 * 512) * 4;
+  std::printf("peak temporaries: none %.2f MB, op %.2f MB, full %.2f MB, kept %.2f MB\n", none / 1e6, op / 1e6,
+              full / 1e6, kept / 1e6);
+  EXPECT_GE(op - full, kept);
+  EXPECT_LT(op, none);
+}
+
 TEST(SimulateMemory, FsdpBuffersHoldAUnitOrTwoAndTheReportAddsUp) {
   const JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none", "--simulation.execution", "eager"});
   const RecordedStep rec = record_step(cfg);
@@ -90,12 +106,15 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
   const std::string dir = "/tmp/titan_simulate_memory_test";
   std::filesystem::create_directories(dir);
   testing::use_placeholder_cpu_calibration(dir + "/cpu_calibration.toml");  // to name the cpu device
-  for (const char* fused : {"true", "false"}) {
+  // And under op-level selective AC: what it keeps from the forward, live in both.
+  for (const auto& [fused, ac] : std::vector<std::pair<const char*, const char*>>{
+           {"true", ""}, {"false", ""}, {"true", "op"}, {"false", "op"}}) {
     const JobConfig cfg = load_job_config({"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
                                            "--job.dump_folder", dir, "--training.local_batch_size", "4",
                                            "--training.seq_len", "256", "--simulation.device", "cpu",
                                            "--simulation.num_chips", "1", "--metrics.peak_flops", "1e11",
-                                           "--training.fused_kernels", fused});
+                                           "--training.fused_kernels", fused, "--activation_checkpoint.mode",
+                                           *ac ? "selective" : "none", "--activation_checkpoint.selective_ac_option", ac});
     int64_t held = 0, peak = 0;
     {
       TensorMemoryTracker tensors;
@@ -109,12 +128,12 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
     const RecordedStep rec = record_step(cfg);
     const devices::TraceMemory& m = rec.memory.eager;  // the real run is eager
     const int64_t predicted = m.state_bytes + m.peak_bytes;
-    std::printf("  debug model B4 x S256, fused kernels %s: predicted %.2f MB (state %.2f, step peak %.2f), "
+    std::printf("  debug model B4 x S256, fused kernels %s, AC %s: predicted %.2f MB (state %.2f, step peak %.2f), "
                 "measured %.2f MB (held between steps %.2f)\n",
-                fused, predicted / 1e6, m.state_bytes / 1e6, m.peak_bytes / 1e6, peak / 1e6,
+                fused, *ac ? ac : "none", predicted / 1e6, m.state_bytes / 1e6, m.peak_bytes / 1e6, peak / 1e6,
                 held / 1e6);
-    EXPECT_NEAR(static_cast<double>(m.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused;
-    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, 0.15) << fused;
+    EXPECT_NEAR(static_cast<double>(m.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused << " " << ac;
+    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, 0.15) << fused << " " << ac;
   }
   unsetenv("TITAN_CPU_CALIBRATION");
 }

@@ -125,6 +125,9 @@ Registry make_registry(JobConfig& c) {
   r.add("activation_checkpoint", "mode", &c.activation_checkpoint.mode, "recompute activations in backward");
   r.add("activation_checkpoint", "selective_every", &c.activation_checkpoint.selective_every, 1,
         kInf, "selective: every Nth block is recomputed");
+  r.add("activation_checkpoint", "selective_ac_option", &c.activation_checkpoint.selective_ac_option,
+        "selective: \"op\" keeps matmul (all but every 2nd), attention and reduce-scatter outputs of every "
+        "block and recomputes the rest; N: as selective_every = N; \"\": selective_every");
 
   r.add("metrics", "log_freq", &c.metrics.log_freq, 1, kInf, "steps between log lines");
   r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,

@@ -102,6 +102,15 @@ struct CheckpointSection {
 struct ActivationCheckpointSection {
   AcMode mode = AcMode::kNone;
   int64_t selective_every = 2;  // selective: every Nth block is recomputed
+  // TorchTitan's spelling: "op" (op-level selective AC), or N (every Nth block, in place of
+  // selective_every); "": selective_every.
+  std::string selective_ac_option;
+  // Selective AC with the op-level policy (parallel/activation_checkpoint.h).
+  bool op_level() const { return mode == AcMode::kSelective && selective_ac_option == "op"; }
+  // Layer-level selective: every how many blocks one is recomputed (selective_ac_option's N
+  // if it is one, else selective_every); a selective_ac_option that is neither "op" nor a
+  // positive integer is a config error naming the key and the value.
+  int64_t every() const;
 };
 
 struct MetricsSection {

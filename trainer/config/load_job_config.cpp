@@ -23,7 +23,23 @@ bool first_rank() {
 
 }  // namespace
 
+int64_t ActivationCheckpointSection::every() const {
+  const std::string& o = selective_ac_option;
+  if (o.empty() || o == "op") return selective_every;
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(o, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TITAN_CONFIG_CHECK(used == o.size() && n >= 1, "activation_checkpoint.selective_ac_option = \"", o,
+                     "\": expected \"op\" (op-level selective AC) or a positive integer N (every Nth block)");
+  return n;
+}
+
 void validate(const JobConfig& c) {
+  c.activation_checkpoint.every();  // refuses a selective_ac_option that is neither "op" nor N
   const auto& t = c.training;
   if (t.global_batch_size > 0) {
     TITAN_CONFIG_CHECK(t.global_batch_size % t.local_batch_size == 0,

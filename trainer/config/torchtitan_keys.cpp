@@ -49,7 +49,7 @@ const std::vector<std::string> kOnlyKeys = {
     "checkpoint.interval_type", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_only",
     "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf", "checkpoint.use_fp8_pinned_memory",
     "comm.trace_buf_size",
-    "activation_checkpoint.selective_ac_option", "activation_checkpoint.early_stop",
+    "activation_checkpoint.early_stop",
     "activation_checkpoint.memory_budget",
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
 };

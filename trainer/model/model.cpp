@@ -5,6 +5,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
 
+#include "parallel/op_save_hook.h"
+#include "trainer/model/kept_ops.h"
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
 #include "trainer/model/kernels/linear_kernel.h"
@@ -36,6 +38,38 @@ torch::Tensor composite_or_stand_in(bool scoped, const char* scope, const std::v
   return meta_kernel(scope, std::vector<c10::IValue>(inputs.begin(), inputs.end()), inputs, output);
 }
 
+// composite_or_stand_in under op-level activation checkpointing (parallel/op_save_hook.h):
+// kKeep hands the output to the hook; kReuse returns the kept output, from reuse(kept) (the
+// composite path's node, whose backward is the op's) or, where the recording keeps the
+// kernel, from the kernel's stand-in inside KeptOutputScope (its backward only is recorded).
+template <class Out, class F, class R>
+torch::Tensor kept_or_stand_in(OpSaveAction act, SavedOp op, bool scoped, const char* scope,
+                               const std::vector<torch::Tensor>& inputs, Out output, F composite, R reuse) {
+  if (act == OpSaveAction::kReuse) {
+    torch::Tensor kept = op_save_take(op)[0];
+    if (!scoped || !meta_records_fused_kernels()) return reuse(kept);
+    KeptOutputScope reused(true);
+    return meta_kernel(scope, std::vector<c10::IValue>(inputs.begin(), inputs.end()), inputs, [kept] { return kept; });
+  }
+  auto y = composite_or_stand_in(scoped, scope, inputs, output, composite);
+  if (act == OpSaveAction::kKeep) op_save_keep(op, {y});
+  return y;
+}
+
+// The composite causal attention (q [B, H, S, D], k and v [B, KV, S, D]).
+torch::Tensor composite_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, int64_t head_dim) {
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), KV = k.size(1);
+  if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
+    k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+    v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
+  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
+  auto causal = torch::ones({S, S}, q.options().dtype(torch::kBool)).triu(1);
+  scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::matmul(probs, v);
+}
+
 // x [..., in] @ w^T as the fused linear returns it: contiguous [..., out].
 torch::Tensor linear_output_like(const torch::Tensor& x, const torch::Tensor& w) {
   auto shape = x.sizes().vec();
@@ -56,8 +90,15 @@ std::vector<torch::Tensor> shared_input_linears(const std::vector<Linear*>& laye
     together = together && (*l)->fused && !(*l)->wrap && (*l)->weight.scalar_type() == x.scalar_type();
     weights.push_back((*l)->weight);
   }
-  if (together && fusable(x)) return fused_linears(x, weights);
-  if (together && fusable_on_meta(x) && meta_records_fused_kernels()) return meta_shared_input_linears(x, weights);
+  // One op-save decision per layer, as each is one product of the block.
+  auto actions = [&] {
+    std::vector<OpSaveAction> a;
+    for (size_t i = 0; i < layers.size(); ++i) a.push_back(op_save_next(SavedOp::kLinear));
+    return a;
+  };
+  if (together && fusable(x)) return fused_linears(x, weights, actions());
+  if (together && fusable_on_meta(x) && meta_records_fused_kernels())
+    return meta_shared_input_linears(x, weights, actions());
   std::vector<torch::Tensor> out;
   for (Linear* l : layers) out.push_back((*l)(x));
   return out;
@@ -71,10 +112,12 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   return apply_wrap(wrap, x, [this](const torch::Tensor& in) {
-    if (fused && fusable(in) && weight.scalar_type() == in.scalar_type()) return fused_linear(in, weight);
-    return composite_or_stand_in(
-        fused && fusable_on_meta(in) && weight.scalar_type() == in.scalar_type(), kFusedLinearScope, {in, weight},
-        [&] { return linear_output_like(in, weight); }, [&] { return torch::matmul(in, weight.t()); });
+    const OpSaveAction act = op_save_next(SavedOp::kLinear);
+    if (fused && fusable(in) && weight.scalar_type() == in.scalar_type()) return fused_linears(in, {weight}, {act})[0];
+    return kept_or_stand_in(
+        act, SavedOp::kLinear, fused && fusable_on_meta(in) && weight.scalar_type() == in.scalar_type(),
+        kFusedLinearScope, {in, weight}, [&] { return linear_output_like(in, weight); },
+        [&] { return torch::matmul(in, weight.t()); }, [&](const torch::Tensor& kept) { return kept_linear(in, weight, kept); });
   });
 }
 
@@ -163,30 +206,31 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     k = composite_or_stand_in(scoped, kFusedRopeScope, {k, cos, sin}, [&] { return torch::empty_like(k); },
                               [&] { return apply_rope(k, cos, sin); });
   }
-  const int64_t H = q.size(1), KV = k.size(1);
+  const int64_t H = q.size(1);
   torch::Tensor attn;
+  const OpSaveAction act = op_save_next(SavedOp::kAttention);
   {
+    // A reused attention output: the recorder costs no forward inside this scope.
+    KeptOutputScope reused(act == OpSaveAction::kReuse);
     // Profiling annotation only (no effect on the math): the simulator costs what runs in
     // this scope as one flash-attention kernel (kAttentionScope,
     // trainer/simulate/trace_recorder.h).
     RECORD_FUNCTION("titan::attention", std::vector<c10::IValue>({q, k, v}));
     if (kernels.attention && fusable(q) && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type()) {
-      attn = fused_causal_attention(q, k, v, 1.0 / std::sqrt(double(head_dim)));
+      attn = fused_causal_attention(q, k, v, 1.0 / std::sqrt(double(head_dim)), act);
     } else {
       const bool scoped = kernels.attention && fusable_on_meta(q) && k.scalar_type() == q.scalar_type() &&
                           v.scalar_type() == q.scalar_type();
+      const int64_t hd = head_dim;
       // The kernel writes [B, H, S, D] as a view of [B, S, H, D] memory, like q.
-      attn = composite_or_stand_in(scoped, kFusedAttentionScope, {q, k, v}, [&] { return torch::empty_like(q); }, [&] {
-        if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
-          k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-          v = v.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});
-        }
-        auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim));
-        auto causal = torch::ones({S, S}, x.options().dtype(torch::kBool)).triu(1);
-        scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-        auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-        return torch::matmul(probs, v);
-      });
+      attn = kept_or_stand_in(
+          act, SavedOp::kAttention, scoped, kFusedAttentionScope, {q, k, v}, [&] { return torch::empty_like(q); },
+          [&] { return composite_attention(q, k, v, hd); },
+          [&](const torch::Tensor& kept) {
+            return kept_recomputed({q, k, v}, kept, [hd](const std::vector<torch::Tensor>& in) {
+              return composite_attention(in[0], in[1], in[2], hd);
+            });
+          });
     }
   }
   auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});

@@ -100,7 +100,9 @@ LayerSamples layer_samples(const JobConfig& cfg) {
     stages = pipeline_num_stages(s.target_layers, o);
   }
   const int64_t period =
-      cfg.activation_checkpoint.mode == AcMode::kSelective ? std::max<int64_t>(1, cfg.activation_checkpoint.selective_every) : 1;
+      cfg.activation_checkpoint.mode == AcMode::kSelective && !cfg.activation_checkpoint.op_level()
+          ? std::max<int64_t>(1, cfg.activation_checkpoint.every())
+          : 1;
   s.step = stages * period;
   const int64_t rest = s.target_layers % s.step;
   for (int j = 0; j < 3; ++j) s.layers[j] = rest + s.step * (kFirstSampleSteps + j);

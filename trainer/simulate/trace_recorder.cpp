@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
+#include "parallel/op_save_hook.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
@@ -102,6 +103,7 @@ struct Frame : public at::ObserverContext {
   bool is_op = false;            // an aten op we may record as a leaf
   bool is_view = false;          // a metadata-only op (view_ops)
   bool kernel = false;           // a scope kept as one kernel (attention, a fused kernel)
+  bool kept = false;             // inside kKeptOutputScope: a reused output, no forward work
   uint64_t thread = 0;
   int64_t seq_lo = 0;
   std::vector<OpDesc> kernel_forward, kernel_backward;  // what the scope's kernel runs
@@ -185,7 +187,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     // A view made of views (reshape -> view) is recorded once, as its innermost call.
     if (counts_as_child(name) || top->is_view) top->has_child = true;
     f->suppressed = top->suppressed || top->suppress_children;
+    f->kept = top->kept;
   }
+  f->kept = f->kept || name == kKeptOutputScope;
   if (name == kAttentionScope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
@@ -232,7 +236,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
         }
       }
     }
-  } else if (!f->suppressed && !query && name.rfind("aten::", 0) == 0) {
+  } else if (!f->suppressed && !f->kept && !query && name.rfind("aten::", 0) == 0) {
     f->is_op = true;
     f->op = describe(name, fn.inputs(), &f->first_input_bytes);
     if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
@@ -256,7 +260,9 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     iv.hi = at::sequence_number::peek();
     iv.backward = std::move(f->kernel_backward);
     if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = std::move(iv);
-    if (active)
+    // A reused output (op-level activation checkpointing's recompute) ran no kernel; the
+    // interval above still costs its backward.
+    if (active && !f->kept)
       for (const OpDesc& d : f->kernel_forward) active->add_compute(d);
     return;
   }

@@ -158,9 +158,11 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
   const AcMode ac = cfg.activation_checkpoint.mode;
-  if (ac != AcMode::kNone) {
+  if (cfg.activation_checkpoint.op_level()) {
+    model->block_wrappers.push_back(op_activation_checkpoint_wrapper());
+  } else if (ac != AcMode::kNone) {
     model->block_wrappers.push_back(
-        activation_checkpoint_wrapper(ac == AcMode::kFull ? 1 : cfg.activation_checkpoint.selective_every));
+        activation_checkpoint_wrapper(ac == AcMode::kFull ? 1 : cfg.activation_checkpoint.every()));
   }
   if (applies_fsdp(mesh)) {
     FsdpOptions o;

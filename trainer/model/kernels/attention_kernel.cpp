@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
+#include "parallel/op_save_hook.h"
 #include "trainer/model/kernels/attention_tiles.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/thread_choice.h"
@@ -46,9 +47,17 @@ torch::Tensor bshd_like(const torch::Tensor& q) {
 
 struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
-                               const torch::Tensor& k_in, const torch::Tensor& v_in, double scale) {
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, double scale, int64_t action) {
     auto q = last_dim_contiguous(q_in), k = last_dim_contiguous(k_in), v = last_dim_contiguous(v_in);
     const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), KV = k.size(1);
+    const auto act = static_cast<OpSaveAction>(action);
+    if (act == OpSaveAction::kReuse) {
+      // The output and log-sum-exp kept from the block's forward: the backward needs no more.
+      auto kept = op_save_take(SavedOp::kAttention);
+      ctx->save_for_backward({q, k, v, kept[0], kept[1]});
+      ctx->saved_data["scale"] = scale;
+      return kept[0];
+    }
     auto o = bshd_like(q);
     auto lse = torch::empty({B, H, S}, q.options());
     dispatch_float(q, [&](auto tag) {
@@ -70,6 +79,7 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
     });
     ctx->save_for_backward({q, k, v, o, lse});
     ctx->saved_data["scale"] = scale;
+    if (act == OpSaveAction::kKeep) op_save_keep(SavedOp::kAttention, {o, lse});
     return o;
   }
 
@@ -107,14 +117,14 @@ struct CausalAttentionFunction : public torch::autograd::Function<CausalAttentio
         }
       });
     });
-    return {dq, dk, dv, torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                     double scale) {
+                                     double scale, OpSaveAction action) {
   TITAN_CHECK(fusable(q) && q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() &&
                   k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
                   k.size(0) == q.size(0) && k.size(2) == q.size(2) && k.size(3) == q.size(3) &&
@@ -122,7 +132,7 @@ torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor
               "fused_causal_attention: needs float or double CPU q [B, H, S, D] and k, v [B, KV, S, D] with KV "
               "dividing H, got q ",
               q.sizes(), " ", q.scalar_type(), ", k ", k.sizes(), ", v ", v.sizes());
-  return CausalAttentionFunction::apply(q, k, v, scale);
+  return CausalAttentionFunction::apply(q, k, v, scale, static_cast<int64_t>(action));
 }
 
 }  // namespace titan

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
+#include "parallel/op_save_hook.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/thread_choice.h"
 
@@ -66,8 +67,14 @@ torch::Tensor stacked_weights(torch::TensorList weights) {
 // sum costs no pass of its own. Forward: one GEMM over the weights stacked where they lie
 // back to back (stacked_weights), else one per weight; weight gradients one GEMM per weight.
 struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
+  // actions: per weight, what the op-save hook asked (parallel/op_save_hook.h; OpSaveAction
+  // values, empty: run all).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                torch::TensorList weights) {
+                                                torch::TensorList weights, const c10::IValue& actions) {
+    const std::vector<int64_t> acts = actions.toIntVector();
+    auto act = [&](size_t i) { return acts.empty() ? OpSaveAction::kRun : static_cast<OpSaveAction>(acts[i]); };
+    bool uniform = true;  // one action for all weights, none of them a reuse
+    for (size_t i = 0; i < weights.size(); ++i) uniform = uniform && act(i) == act(0) && act(i) != OpSaveAction::kReuse;
     auto x2 = rows_of(x);
     torch::autograd::variable_list ys, saved = {x2};
     auto shape_of = [&](int64_t out) {
@@ -75,7 +82,9 @@ struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
       shape.back() = out;
       return shape;
     };
-    const torch::Tensor stacked = stacked_weights(weights);
+    // Stacked only where every product is kept or none: a kept column slice would hold the
+    // whole product's memory until the recompute.
+    const torch::Tensor stacked = uniform ? stacked_weights(weights) : torch::Tensor();
     if (stacked.defined()) {
       // One product for all of them, each output a column slice of it: x is packed once
       // rather than per weight, and one wide GEMM runs closer to the peak than three narrow ones.
@@ -86,8 +95,14 @@ struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
         col += w.size(0);
       }
     } else {
-      for (const auto& w : weights) ys.push_back(chosen_mm("linear.forward", x2, w.t()).view(shape_of(w.size(0))));
+      for (size_t i = 0; i < weights.size(); ++i) {
+        const auto& w = weights[i];
+        ys.push_back(act(i) == OpSaveAction::kReuse ? op_save_take(SavedOp::kLinear)[0]
+                                                    : chosen_mm("linear.forward", x2, w.t()).view(shape_of(w.size(0))));
+      }
     }
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (act(i) == OpSaveAction::kKeep) op_save_keep(SavedOp::kLinear, {ys[i]});
     for (const auto& w : weights) saved.push_back(w);
     ctx->save_for_backward(saved);
     ctx->saved_data["shape"] = x.sizes().vec();
@@ -122,13 +137,17 @@ struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
       }
     }
     if (dx.defined()) out[0] = dx.view(ctx->saved_data["shape"].toIntVector());
+    out.emplace_back();  // the actions
     return out;
   }
 };
 
 }  // namespace
 
-std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights) {
+std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                         const std::vector<OpSaveAction>& actions) {
+  TITAN_CHECK(actions.empty() || actions.size() == weights.size(), "fused_linear: ", actions.size(),
+              " op-save actions for ", weights.size(), " weights");
   TITAN_CHECK(!weights.empty(), "fused_linear: needs at least one weight");
   for (const auto& w : weights) {
     TITAN_CHECK(fusable(x) && w.scalar_type() == x.scalar_type() && w.dim() == 2 && x.dim() >= 1 &&
@@ -136,7 +155,9 @@ std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vect
                 "fused_linear: needs float or double CPU x [..., in] and weight [out, in] of one dtype, got x ",
                 x.sizes(), " ", x.scalar_type(), " and weight ", w.sizes(), " ", w.scalar_type());
   }
-  return LinearsFunction::apply(x, torch::TensorList(weights));
+  std::vector<int64_t> acts;
+  for (OpSaveAction a : actions) acts.push_back(static_cast<int64_t>(a));
+  return LinearsFunction::apply(x, torch::TensorList(weights), c10::IValue(acts));
 }
 
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight) {

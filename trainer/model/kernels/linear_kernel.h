@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include "parallel/op_save_hook.h"
+
 namespace titan {
 
 // x [..., in] @ W^T for float or double CPU tensors of one dtype, W [out, in]; the same
@@ -13,7 +15,11 @@ namespace titan {
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight);
 // x @ W_i^T for each weight, as one autograd node whose backward sums the input gradient
 // over the weights in the GEMMs themselves (the q/k/v and gate/up projections read one x).
-std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+// Under op-level activation checkpointing (parallel/op_save_hook.h), actions[i] says what to do
+// with weight i's product: kKeep hands it to the hook, kReuse takes the kept one from it
+// instead of running the GEMM (the backward is the same); empty: run all.
+std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                         const std::vector<OpSaveAction>& actions = {});
 // Whether the fused linear's backward sums w's gradient into w.grad() in place (no fresh
 // product for autograd to add): the meta stand-in follows the same rule, so a recording of
 // gradient accumulation holds the adds a real run makes and no others.

@@ -47,11 +47,13 @@ struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction>
 // autograd, as in the real kernel, which sums the layers' input gradients in its GEMMs.
 struct MetaLinearLinkFunction : public torch::autograd::Function<MetaLinearLinkFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& w, bool hand_on) {
+                                                const torch::Tensor& w, bool hand_on, const c10::IValue& kept) {
     ctx->save_for_backward({x, w});
     auto shape = x.sizes().vec();
     shape.back() = w.size(0);
-    torch::autograd::variable_list out = {torch::empty(shape, x.options())};
+    // A product kept by op-level activation checkpointing is reused as the very tensor, so
+    // that the memory walk sees it live from the forward to its use in the recompute.
+    torch::autograd::variable_list out = {kept.isTensor() ? kept.toTensor() : torch::empty(shape, x.options())};
     if (hand_on) out.push_back(torch::empty_like(x));
     return out;
   }
@@ -62,19 +64,25 @@ struct MetaLinearLinkFunction : public torch::autograd::Function<MetaLinearLinkF
     const auto &x = saved[0], &w = saved[1];
     return {ctx->needs_input_grad(0) ? torch::empty_like(x) : torch::Tensor(),
             ctx->needs_input_grad(1) && !linear_weight_grad_in_place(w) ? torch::empty_like(w) : torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights) {
+std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                                     const std::vector<OpSaveAction>& actions) {
   std::vector<torch::Tensor> ys;
   torch::Tensor cur = x;
   for (size_t i = 0; i < weights.size(); ++i) {
+    const OpSaveAction act = actions.empty() ? OpSaveAction::kRun : actions[i];
+    c10::IValue kept;
+    if (act == OpSaveAction::kReuse) kept = op_save_take(SavedOp::kLinear)[0];
+    KeptOutputScope reused(act == OpSaveAction::kReuse);
     RECORD_FUNCTION(kFusedLinearScope, std::vector<c10::IValue>({cur, weights[i]}));
-    auto out = MetaLinearLinkFunction::apply(cur, weights[i], i + 1 < weights.size());
+    auto out = MetaLinearLinkFunction::apply(cur, weights[i], i + 1 < weights.size(), kept);
     ys.push_back(out[0]);
+    if (act == OpSaveAction::kKeep) op_save_keep(SavedOp::kLinear, {out[0]});
     if (out.size() > 1) cur = out[1];
   }
   return ys;

@@ -11,6 +11,8 @@
 
 #include <functional>
 
+#include "parallel/op_save_hook.h"
+
 namespace titan {
 
 // Whether the active recording keeps the fused kernels as one op each (process-wide; one
@@ -26,6 +28,9 @@ torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inp
 
 // The stand-in of fused_linears (linear_kernel.h), layers that read one x: one linear scope
 // per weight, as the real kernel's products, and x's gradient returned once (no autograd sum).
-std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+// actions: as fused_linears takes them (a reused product opens its scope inside
+// KeptOutputScope, so that only its backward is recorded).
+std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                                     const std::vector<OpSaveAction>& actions = {});
 
 }  // namespace titan

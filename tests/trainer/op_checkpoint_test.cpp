@@ -1,0 +1,173 @@
+// Op-level selective activation checkpointing (parallel/activation_checkpoint.h with the hook
+// of parallel/op_save_hook.h): the recompute reruns only the ops the policy does not keep
+// (every second linear product of a block, the norms, RoPE, SwiGLU), the gradients are those
+// of no checkpointing, and the simulator's meta recording holds the same recompute.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
+
+#include <array>
+
+#include "common/error.h"
+#include "parallel/activation_checkpoint.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/model/model.h"
+#include "trainer/simulate/trace_recorder.h"
+
+namespace titan {
+namespace {
+
+enum class Ac { kNone, kOp, kFull };
+
+ModelArgs tiny_args() {
+  ModelArgs a = model_flavor("qwen3", "debugmodel");
+  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
+  a.vocab_size = 50;
+  return a;
+}
+
+// f(ac) for no AC, op-level AC and full AC.
+template <class F>
+auto per_ac(F f) {
+  return std::array<decltype(f(Ac::kNone)), 3>{f(Ac::kNone), f(Ac::kOp), f(Ac::kFull)};
+}
+
+void apply_ac(Transformer& m, Ac ac) {
+  if (ac == Ac::kOp) m->block_wrappers.push_back(op_activation_checkpoint_wrapper());
+  if (ac == Ac::kFull) m->block_wrappers.push_back(activation_checkpoint_wrapper(1));
+}
+
+// aten::mm calls on this thread while alive (the linear products, fused or composite).
+struct MmCounter {
+  static int64_t& count() {
+    thread_local int64_t n = 0;
+    return n;
+  }
+  MmCounter() {
+    count() = 0;
+    handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
+        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          if (std::string(fn.name()) == "aten::mm") ++count();
+          return nullptr;
+        }));
+  }
+  ~MmCounter() { at::removeCallback(handle); }
+  at::CallbackHandle handle;
+};
+
+struct RealStep {
+  int64_t forward_mm = 0, backward_mm = 0;
+  std::vector<torch::Tensor> grads;
+};
+
+// One forward and backward of the tiny model on fixed weights and tokens, in double.
+RealStep real_step(Ac ac, bool fused) {
+  const ModelArgs a = tiny_args();
+  Transformer m(a, 16, torch::TensorOptions().dtype(torch::kFloat64));
+  m->init_weights(3);
+  m->set_fused_kernels(FusedKernels::all(fused));
+  apply_ac(m, ac);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto tokens = torch::randint(a.vocab_size, {2, 16}, gen, torch::kLong);
+  RealStep r;
+  torch::Tensor loss;
+  {
+    MmCounter c;
+    loss = cross_entropy_sum(m(tokens), tokens, tokens.numel(), fused);
+    r.forward_mm = MmCounter::count();
+  }
+  {
+    MmCounter c;
+    loss.backward();
+    r.backward_mm = MmCounter::count();
+  }
+  for (const auto& p : m->parameters()) r.grads.push_back(p.grad().clone());
+  return r;
+}
+
+double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, ((a[i] - b[i]).abs().max() / b[i].abs().max().clamp_min(1e-30)).item<double>());
+  return worst;
+}
+
+TEST(OpCheckpoint, RecomputeRunsOnlyTheDroppedProductsAndGradientsMatch) {
+  const int64_t layers = tiny_args().n_layers;
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused kernels" : "composite ATen ops");
+    const auto [none, op, full] = per_ac([&](Ac ac) { return real_step(ac, fused); });
+    // The forward is the same; the recompute (run in backward) redoes 3 of a block's 7
+    // products (k, wo, up: the 2nd, 4th and 6th) under op-level AC, all 7 under full AC.
+    EXPECT_EQ(op.forward_mm, none.forward_mm);
+    EXPECT_EQ(full.forward_mm, none.forward_mm);
+    EXPECT_EQ(op.backward_mm - none.backward_mm, 3 * layers);
+    EXPECT_EQ(full.backward_mm - none.backward_mm, 7 * layers);
+    ASSERT_EQ(op.grads.size(), none.grads.size());
+    EXPECT_LT(max_rel_diff(op.grads, none.grads), 1e-12);
+    EXPECT_LT(max_rel_diff(full.grads, none.grads), 1e-12);
+  }
+}
+
+// The recorded step on the meta device for a chip with flash attention, with the composite
+// linears (an accelerator) or the fused kernels kept as one op each (the cpu device).
+std::map<std::string, int64_t> recorded_ops(Ac ac, bool fused_kernels) {
+  const ModelArgs a = tiny_args();
+  Transformer m(a, 16, torch::TensorOptions().device(torch::kMeta));
+  m->set_fused_kernels(FusedKernels::all(fused_kernels));
+  apply_ac(m, ac);
+  auto tokens = torch::zeros({2, 16}, torch::TensorOptions().device(torch::kMeta).dtype(torch::kLong));
+  TraceRecorder rec(RecordOptions(true, fused_kernels));
+  cross_entropy_sum(m(tokens), tokens, tokens.numel(), fused_kernels).backward();
+  return rec.op_counts();
+}
+
+int64_t count(const std::map<std::string, int64_t>& ops, const std::string& name) {
+  auto it = ops.find(name);
+  return it == ops.end() ? 0 : it->second;
+}
+
+TEST(OpCheckpoint, RecordingHoldsTheRecomputeWithoutTheKeptOps) {
+  const int64_t layers = tiny_args().n_layers;
+  for (bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused kernels recorded" : "composite linears recorded");
+    const auto [none, op, full] = per_ac([&](Ac ac) { return recorded_ops(ac, fused); });
+    const std::string mm = fused ? "titan::linear" : "aten::mm";
+    EXPECT_EQ(count(op, mm) - count(none, mm), 3 * layers);
+    EXPECT_EQ(count(full, mm) - count(none, mm), 7 * layers);
+    // Attention runs once per block forward under op-level AC (its output is kept), twice
+    // under full AC; its backward once either way.
+    const std::string attn = kAttentionScope;
+    EXPECT_EQ(count(none, attn), layers);
+    EXPECT_EQ(count(op, attn), layers);
+    EXPECT_EQ(count(full, attn), 2 * layers);
+    EXPECT_EQ(count(op, attn + "_backward"), layers);
+    // Every product still has its backward.
+    if (fused) EXPECT_EQ(count(op, "titan::linear_weight_grad"), count(none, "titan::linear_weight_grad"));
+  }
+}
+
+TEST(OpCheckpoint, SelectiveAcOptionIsOpOrABlockPeriod) {
+  auto load = [](const std::string& option) {
+    return load_job_config({"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
+                            "--activation_checkpoint.mode", "selective",
+                            "--activation_checkpoint.selective_ac_option", option});
+  };
+  EXPECT_TRUE(load("op").activation_checkpoint.op_level());
+  const JobConfig three = load("3");
+  EXPECT_FALSE(three.activation_checkpoint.op_level());
+  EXPECT_EQ(three.activation_checkpoint.every(), 3);
+  for (const std::string bad : {"foo", "0", "2x", "-1"}) {
+    try {
+      load(bad);
+      ADD_FAILURE() << "no error for selective_ac_option = " << bad;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("activation_checkpoint.selective_ac_option = \"" + bad + "\""), std::string::npos) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace titan
