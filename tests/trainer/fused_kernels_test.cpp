@@ -335,6 +335,27 @@ TEST(FusedKernels, ThreadChoiceRetriesTheOtherVariant) {
   torch::set_num_threads(before);
 }
 
+// With all threads kept, the one-thread variant is retried only once a kept call has taken
+// longer than one thread's best (before that the retry cannot win, and at a large GEMM it
+// costs a whole call): here all threads stay fast well past the first retry's turn, then one
+// kept call is slow, and the call after it is the retry.
+TEST(FusedKernels, ThreadChoiceRetriesOneThreadOnlyWhenItCanWin) {
+  const int before = at::get_num_threads();
+  torch::set_num_threads(2);
+  const int trial_calls = 1 + 2 * kThreadChoiceTrials, fast_calls = 3 * kThreadChoiceFirstRetry;
+  std::vector<int> seen;
+  for (int call = 0; call < trial_calls + fast_calls + 2; ++call) {
+    with_chosen_threads("test.parallel_until_slowed", 1, 2, 3, [&] {
+      seen.push_back(at::get_num_threads());
+      const bool slow = seen.back() == 1 || call == trial_calls + fast_calls;
+      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(seen.back() == 1 ? 3 : 9));
+    });
+  }
+  for (int i = trial_calls; i <= trial_calls + fast_calls; ++i) EXPECT_EQ(seen[i], 2) << "kept, call " << i;
+  EXPECT_EQ(seen.back(), 1) << "the retry after the slow call";
+  torch::set_num_threads(before);
+}
+
 TEST(FusedKernels, ThreadChoiceDoesNotChangeResults) {
   const int before = at::get_num_threads();
   torch::set_num_threads(2);

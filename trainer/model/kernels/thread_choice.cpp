@@ -33,6 +33,11 @@ bool enabled_from_env() {
 
 std::atomic<bool> g_enabled{enabled_from_env()};
 
+bool periodic_from_env() {
+  const char* v = std::getenv("TITAN_THREAD_CHOICE");
+  return v && std::string(v) == "periodic";
+}
+
 bool log_from_env() {
   const char* v = std::getenv("TITAN_THREAD_CHOICE_LOG");
   return v && std::string(v) == "1";
@@ -58,5 +63,10 @@ void set_intra_op_threads(int n) { omp_set_num_threads(n); }
 
 void set_thread_choice_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 bool thread_choice_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+bool thread_choice_periodic_retries() {
+  static const bool on = periodic_from_env();
+  return on;
+}
 
 }  // namespace titan

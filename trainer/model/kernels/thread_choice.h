@@ -10,8 +10,13 @@
 // other load then can put a large GEMM on one thread for good; so the kept variant stays
 // timed, and the other one is tried again after 16 calls, then 32, 64, ... (backing off while
 // the choice holds): if that one call beats the kept variant's best since the last retry,
-// it takes over and the back-off starts again. The retries cost a few calls early on and
-// almost nothing later.
+// it takes over and the back-off starts again. A retry of the one-thread variant while all
+// threads are kept waits until a kept call has taken longer than one thread's best: before
+// that it cannot win (one thread's best is a floor that load only raises), and at a large
+// GEMM on 2 threads each such retry costs about one more call (the 0.6B-shaped slice's
+// shapes are all due in the same few steps: 16 calls after the decision, then 32 more).
+// Retries of all threads stay on the back-off: their trials' best is what a load burst
+// spoils. The retries cost a few calls early on and almost nothing later.
 //
 // Results do not depend on the choice: every kernel routed here computes each output
 // element on one thread in a fixed order (OpenBLAS splits M and N, never K), so a choice
@@ -39,6 +44,7 @@ struct ThreadChoiceState {
   int64_t retry_interval = kThreadChoiceFirstRetry;
   int64_t until_retry = kThreadChoiceFirstRetry;  // calls of the kept variant before a retry
   double kept_best = 1e300;  // the kept variant's fastest time since the decision or last retry
+  bool retry_may_win = true;  // false while all threads are kept and beat one thread's best
 };
 
 // This thread's state for (site, a, b, c); site is a string literal (compared by address).
@@ -49,6 +55,9 @@ void set_intra_op_threads(int n);
 // TITAN_THREAD_CHOICE=0 in the environment starts with it off, for A/B benchmarks).
 void set_thread_choice_enabled(bool on);
 bool thread_choice_enabled();
+// TITAN_THREAD_CHOICE=periodic: every retry on the back-off, also those that cannot win (the
+// rule before 2026-12-01's fifth session), for A/B benchmarks.
+bool thread_choice_periodic_retries();
 // With TITAN_THREAD_CHOICE_LOG=1 in the environment, each decision goes to stderr (site, the
 // three shape numbers, the best times of both variants, the one kept): to check on a quiet
 // host whether a site the timing put on one thread should have had all of them.
@@ -65,7 +74,7 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   ThreadChoiceState& s = thread_choice_state(site, a, b, c);
   // The first call of a shape warms caches and the allocator: run it, time nothing.
   const bool timing = s.decided >= 0 || s.seen++ > 0;
-  const bool retry = s.decided >= 0 && --s.until_retry < 0;
+  const bool retry = s.decided >= 0 && --s.until_retry < 0 && (s.retry_may_win || thread_choice_periodic_retries());
   const int variant = s.decided >= 0 ? (retry ? 1 - s.decided : s.decided) : (s.trials[0] <= s.trials[1] ? 0 : 1);
   struct Restore {
     int n;
@@ -83,6 +92,7 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   if (s.decided >= 0) {
     if (!retry) {
       if (t < s.kept_best) s.kept_best = t;
+      s.retry_may_win = s.decided == 0 || t > s.best[0];
       return;
     }
     const bool switched = t < s.kept_best;
@@ -95,6 +105,7 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
   }
   if (++s.trials[variant] >= kThreadChoiceTrials && s.trials[1 - variant] >= kThreadChoiceTrials) {
     s.decided = s.best[0] < s.best[1] ? 0 : 1;
+    s.retry_may_win = s.decided == 0;
     log_thread_choice(site, a, b, c, s);
   }
 }
