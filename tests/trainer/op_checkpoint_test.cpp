@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "parallel/activation_checkpoint.h"
+#include "parallel/op_save_hook.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
@@ -143,6 +144,11 @@ TEST(OpCheckpoint, RecordingHoldsTheRecomputeWithoutTheKeptOps) {
     EXPECT_EQ(count(op, attn), layers);
     EXPECT_EQ(count(full, attn), 2 * layers);
     EXPECT_EQ(count(op, attn + "_backward"), layers);
+    // Each reused kernel scope leaves one metadata-only op that reads its inputs (the memory
+    // walk's sight of them): the attention, and with the fused kernels recorded also the
+    // four kept products (q, v, gate, down).
+    EXPECT_EQ(count(op, kKeptOutputScope), (fused ? 5 : 1) * layers);
+    EXPECT_EQ(count(none, kKeptOutputScope), 0);
     // Every product still has its backward.
     if (fused) EXPECT_EQ(count(op, "titan::linear_weight_grad"), count(none, "titan::linear_weight_grad"));
   }

@@ -133,7 +133,9 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
                 fused, *ac ? ac : "none", predicted / 1e6, m.state_bytes / 1e6, m.peak_bytes / 1e6, peak / 1e6,
                 held / 1e6);
     EXPECT_NEAR(static_cast<double>(m.state_bytes) / static_cast<double>(held), 1.0, 0.05) << fused << " " << ac;
-    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, 0.15) << fused << " " << ac;
+    // Op-level AC within 10%: the reused ops' inputs are live from the recompute on (the
+    // recorder's titan::kept_output touch; without it the fused walk read -13%).
+    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(peak), 1.0, *ac ? 0.10 : 0.15) << fused << " " << ac;
   }
   unsetenv("TITAN_CPU_CALIBRATION");
 }

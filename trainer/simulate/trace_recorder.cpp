@@ -260,10 +260,23 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     iv.hi = at::sequence_number::peek();
     iv.backward = std::move(f->kernel_backward);
     if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = std::move(iv);
-    // A reused output (op-level activation checkpointing's recompute) ran no kernel; the
-    // interval above still costs its backward.
-    if (active && !f->kept)
+    if (!active) return;
+    if (!f->kept) {
       for (const OpDesc& d : f->kernel_forward) active->add_compute(d);
+      return;
+    }
+    // A reused output (op-level activation checkpointing's recompute) ran no kernel; the
+    // interval above still costs its backward. Its inputs exist from here on in a real run
+    // (the recompute made them for this op's backward), which the memory walk sees only if
+    // an op touches them here: a scope records no outputs, so the skipped kernel's read was
+    // their first use. One metadata-only op reads them.
+    if (!f->kernel_forward.empty()) {
+      OpDesc touch;
+      touch.name = kKeptOutputScope;
+      touch.kind = OpKind::kView;
+      touch.reads = f->kernel_forward.back().reads;
+      active->add_compute(touch);
+    }
     return;
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
