@@ -224,7 +224,7 @@ with open(out, "w") as f:
             "Memory per chip is walked over the recorded step (devices/trace_memory.h); no source "
             "above publishes\nits memory. On this host the walk is checked against a real step's "
             "tensor bytes\n(tests/trainer/simulate_memory_test: the debug model within 15%, "
-            "measured +8% with the fused\nkernels and -6% with the composite ATen path). "
+            "measured +8% with the fused\nkernels and -6% with the composite ATen path; under op-level selective AC -5% and -7%). "
             f"Predicted per chip: Qwen3-8B on 8192 v7 {q['peak_memory_gib_per_chip']:.1f} of "
             f"{q['memory_capacity_gib_per_chip']:.0f} GiB;\nLlama-3.1-70B on 64 v7 "
             f"{l['peak_memory_gib_per_chip']:.1f} of {l['memory_capacity_gib_per_chip']:.0f} GiB; "
