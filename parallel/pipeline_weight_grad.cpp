@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
+#include "parallel/op_save_hook.h"
 
 namespace titan {
 namespace {
@@ -18,7 +19,13 @@ struct DeferredLinear : public torch::autograd::Function<DeferredLinear> {
                                const torch::Tensor& weight, int64_t store) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["store"] = store;
-    return torch::matmul(x, weight.t());
+    // A product op-level activation checkpointing keeps (parallel/op_save_hook.h), as the
+    // model's own linear does: the same policy under zero-bubble schedules.
+    const OpSaveAction act = op_save_next(SavedOp::kLinear);
+    if (act == OpSaveAction::kReuse) return op_save_take(SavedOp::kLinear)[0];
+    auto y = torch::matmul(x, weight.t());
+    if (act == OpSaveAction::kKeep) op_save_keep(SavedOp::kLinear, {y});
+    return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/op_save_hook.h"
+#include "parallel/pipeline_weight_grad.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
@@ -152,6 +153,37 @@ TEST(OpCheckpoint, RecordingHoldsTheRecomputeWithoutTheKeptOps) {
     // Every product still has its backward.
     if (fused) EXPECT_EQ(count(op, "titan::linear_weight_grad"), count(none, "titan::linear_weight_grad"));
   }
+}
+
+// Zero-bubble pipelines take each block product through deferred_linear
+// (parallel/pipeline_weight_grad.h): the same policy there, 1st and 3rd kept, 2nd recomputed.
+TEST(OpCheckpoint, DeferredLinearsFollowThePolicy) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> w;
+  for (int i = 0; i < 3; ++i) w.push_back(torch::randn({8, 8}, opts).requires_grad_(true));
+  const auto x0 = torch::randn({4, 8}, opts);
+  ForwardFn fn = [&](const torch::Tensor& in) {
+    return deferred_linear(deferred_linear(deferred_linear(in, w[0], nullptr), w[1], nullptr), w[2], nullptr);
+  };
+  auto run = [&](int ac) {  // 0: none, 1: op-level, 2: full
+    for (auto& t : w) t.mutable_grad() = torch::Tensor();
+    auto x = x0.clone().requires_grad_(true);
+    auto y = ac == 0 ? fn(x) : checkpoint(fn, x, /*keep_ops=*/ac == 1);
+    MmCounter c;
+    (y * y).sum().backward();
+    std::vector<torch::Tensor> g = {x.grad()};
+    for (auto& t : w) g.push_back(t.grad().clone());
+    return std::make_pair(MmCounter::count(), g);
+  };
+  const auto [none_mm, none_g] = run(0);
+  const auto [op_mm, op_g] = run(1);
+  const auto [full_mm, full_g] = run(2);
+  EXPECT_EQ(none_mm, 6);  // dx and dW per product
+  EXPECT_EQ(op_mm, 7);
+  EXPECT_EQ(full_mm, 9);
+  EXPECT_LT(max_rel_diff(op_g, none_g), 1e-12);
+  EXPECT_LT(max_rel_diff(full_g, none_g), 1e-12);
 }
 
 TEST(OpCheckpoint, SelectiveAcOptionIsOpOrABlockPeriod) {
