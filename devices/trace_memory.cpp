@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <unordered_map>
+
+#include "common/error.h"
 
 namespace titan::devices {
 
@@ -85,22 +88,38 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   return out;
 }
 
-TraceMemory walk_memory(const LiveRanges& live, bool fused) {
+namespace {
+
+// Calls each(range, bytes) for every range in order, with its bytes as overridden.
+template <class Each>
+void each_range(const LiveRanges& live, const std::vector<ByteOverride>& overrides, Each each) {
+  size_t k = 0;
+  for (size_t i = 0; i < live.ranges.size(); ++i) {
+    const bool over = k < overrides.size() && overrides[k].index == i;
+    each(live.ranges[i], over ? overrides[k++].bytes : live.ranges[i].bytes);
+  }
+  TITAN_CHECK(k == overrides.size(), "memory walk: byte override ", k, " (range ", overrides[k].index, " of ",
+              live.ranges.size(), ") is out of order, repeated or past the last range");
+}
+
+}  // namespace
+
+TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<ByteOverride>& overrides) {
   const int64_t n = live.ops;
   // Live bytes as differences at op positions: +bytes where a range starts, -bytes where it ends.
   std::vector<int64_t> temp(static_cast<size_t>(n) + 1, 0), resized(static_cast<size_t>(n) + 1, 0);
   TraceMemory m;
-  for (const LiveRange& r : live.ranges) {
+  each_range(live, overrides, [&](const LiveRange& r, int64_t bytes) {
     if (r.kind == LiveRange::Kind::kState) {
-      m.state_bytes += r.bytes;
-      continue;
+      m.state_bytes += bytes;
+      return;
     }
     const int64_t from = std::clamp<int64_t>(r.from, 0, n), to = std::clamp<int64_t>(r.to, 0, n);
-    if (r.bytes <= 0 || from >= to || (fused && r.inside_fusion)) continue;
+    if (bytes <= 0 || from >= to || (fused && r.inside_fusion)) return;
     auto& d = r.kind == LiveRange::Kind::kResized ? resized : temp;
-    d[static_cast<size_t>(from)] += r.bytes;
-    d[static_cast<size_t>(to)] -= r.bytes;
-  }
+    d[static_cast<size_t>(from)] += bytes;
+    d[static_cast<size_t>(to)] -= bytes;
+  });
   int64_t t = 0, b = 0;
   m.parts.resize(live.part_begins.size());
   size_t part = 0;
@@ -113,13 +132,37 @@ TraceMemory walk_memory(const LiveRanges& live, bool fused) {
   }
 
   std::vector<int64_t> by_maker(live.makers.size(), 0);
-  for (const LiveRange& r : live.ranges)
+  each_range(live, overrides, [&](const LiveRange& r, int64_t bytes) {
     if (r.kind == LiveRange::Kind::kTemporary && !(fused && r.inside_fusion) && r.from <= m.peak_op && m.peak_op < r.to)
-      by_maker[r.maker] += r.bytes;
+      by_maker[r.maker] += bytes;
+  });
   for (size_t i = 0; i < by_maker.size(); ++i)
     if (by_maker[i] > 0) m.peak_by_op.emplace_back(live.makers[i], by_maker[i]);
   std::stable_sort(m.peak_by_op.begin(), m.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return m;
+}
+
+struct StepMemory::Walks {
+  std::shared_ptr<const LiveRanges> live;
+  std::vector<ByteOverride> overrides;
+  std::once_flag once[2];
+  TraceMemory walked[2];  // eager, fused
+};
+
+StepMemory::StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteOverride> overrides)
+    : walks_(std::make_shared<Walks>()) {
+  TITAN_CHECK(live, "memory walk: no live ranges");
+  walks_->live = std::move(live);
+  walks_->overrides = std::move(overrides);
+}
+
+const TraceMemory& StepMemory::of(bool fused_elementwise) const {
+  static const TraceMemory kNone;
+  if (!walks_) return kNone;
+  Walks& w = *walks_;
+  const int mode = fused_elementwise ? 1 : 0;
+  std::call_once(w.once[mode], [&] { w.walked[mode] = walk_memory(*w.live, fused_elementwise, w.overrides); });
+  return w.walked[mode];
 }
 
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,16 +60,34 @@ struct LiveRanges {
 // the storage table and resizes of the whole (resize positions count the ops of every part).
 LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
                        const std::vector<StorageResize>& resizes);
-// fused: element-wise runs execute as fused kernels (ExecutionOverheads::fuse_elementwise),
-// so the temporaries inside them take no memory.
-TraceMemory walk_memory(const LiveRanges& live, bool fused = false);
-
-// The memory of a recording run unfused (eager) and fused.
-struct StepMemory {
-  TraceMemory eager, fused;
-  const TraceMemory& of(bool fused_elementwise) const { return fused_elementwise ? fused : eager; }
+// A range's bytes other than its own: how a recording whose sizes are rewritten
+// (trainer/simulate/shard_resize.h) walks the ranges it shares with the recording it came from.
+struct ByteOverride {
+  uint32_t index = 0;  // into LiveRanges::ranges
+  int64_t bytes = 0;
 };
-inline StepMemory step_memory(const LiveRanges& live) { return {walk_memory(live, false), walk_memory(live, true)}; }
+
+// fused: element-wise runs execute as fused kernels (ExecutionOverheads::fuse_elementwise),
+// so the temporaries inside them take no memory. overrides: by increasing index, at most one
+// per range (titan::Error otherwise).
+TraceMemory walk_memory(const LiveRanges& live, bool fused = false, const std::vector<ByteOverride>& overrides = {});
+
+// The memory of a recording run unfused (eager) and fused. Each is walked when it is first
+// asked for, and kept: a replay asks for one of them, and a study resizes a recording far
+// more often than it replays both modes. Copies share the ranges and the walks; thread-safe.
+class StepMemory {
+ public:
+  StepMemory() = default;  // nothing walked: both modes read empty
+  explicit StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteOverride> overrides = {});
+  const TraceMemory& of(bool fused_elementwise) const;
+  const TraceMemory& eager() const { return of(false); }
+  const TraceMemory& fused() const { return of(true); }
+
+ private:
+  struct Walks;
+  std::shared_ptr<Walks> walks_;
+};
+inline StepMemory step_memory(LiveRanges live) { return StepMemory(std::make_shared<const LiveRanges>(std::move(live))); }
 inline StepMemory trace_memory(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
                                const std::vector<StorageResize>& resizes) {
   return step_memory(live_ranges(parts, storages, resizes));

@@ -29,7 +29,7 @@ TEST(TraceMemory, TemporariesLiveFromFirstToLastUse) {
   t.compute(op("aten::mm_backward", {2}, {}));
   t.compute(op("aten::add", {1}, {4}));
   t.storages() = {{1000, true}, {100, false}, {30, false}, {120, false}};
-  const TraceMemory m = trace_memory(t).eager;
+  const TraceMemory m = trace_memory(t).eager();
   EXPECT_EQ(m.state_bytes, 1000);
   EXPECT_EQ(m.peak_temporaries, 130);  // 2 and 3 at once (ops 1-2); 4 alone is 120
   EXPECT_EQ(m.peak_resized, 0);
@@ -50,7 +50,7 @@ TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   t.storage_resizes().push_back({static_cast<int64_t>(t.compute_ops()), 1, 0});
   t.compute(op("aten::add", {2}, {}));
   t.storages() = {{500, true}, {100, false}};
-  const TraceMemory m = trace_memory(t).eager;
+  const TraceMemory m = trace_memory(t).eager();
   EXPECT_EQ(m.state_bytes, 0);  // resized storages are buffers, not state, though they outlive the step
   EXPECT_EQ(m.peak_resized, 500);
   EXPECT_EQ(m.peak_temporaries, 100);
@@ -62,7 +62,7 @@ TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   u.storage_resizes().push_back({1, 1, 0});
   u.compute(op("aten::add", {}, {2}));
   u.storages() = {{500, true}, {700, false}};
-  const TraceMemory mu = trace_memory(u).eager;
+  const TraceMemory mu = trace_memory(u).eager();
   EXPECT_EQ(mu.peak_bytes, 700);  // 500 at op 0, then 700 alone
   EXPECT_EQ(mu.peak_op, 1);
 }
@@ -76,8 +76,8 @@ TEST(TraceMemory, PartsWalkAsOneTrace) {
     (i < 2 ? a : b).compute(ops[i]);
   }
   const std::vector<StorageRecord> table = {{10, false}, {20, false}, {40, false}};
-  const TraceMemory one = trace_memory({&whole}, table, {}).eager;
-  const TraceMemory two = trace_memory({&a, &b}, table, {}).eager;
+  const TraceMemory one = trace_memory({&whole}, table, {}).eager();
+  const TraceMemory two = trace_memory({&a, &b}, table, {}).eager();
   EXPECT_EQ(one.peak_bytes, 70);
   EXPECT_EQ(two.peak_bytes, one.peak_bytes);
   EXPECT_EQ(two.peak_op, one.peak_op);
@@ -102,10 +102,41 @@ TEST(TraceMemory, FusedRunsKeepTheirTemporariesInRegisters) {
   t.compute(op("aten::add", {4}, {}));
   t.storages() = {{100, false}, {200, false}, {10, false}, {50, false}};
   const StepMemory m = trace_memory(t);
-  EXPECT_EQ(m.eager.peak_bytes, 300);  // 1 and 2 at the mul
-  EXPECT_EQ(m.fused.peak_bytes, 50);   // only 3 (read after the run) and 4 (across the collective)
-  ASSERT_EQ(m.fused.peak_by_op.size(), 1u);
-  EXPECT_EQ(m.fused.peak_by_op[0].first, "aten::neg");
+  EXPECT_EQ(m.eager().peak_bytes, 300);  // 1 and 2 at the mul
+  EXPECT_EQ(m.fused().peak_bytes, 50);   // only 3 (read after the run) and 4 (across the collective)
+  ASSERT_EQ(m.fused().peak_by_op.size(), 1u);
+  EXPECT_EQ(m.fused().peak_by_op[0].first, "aten::neg");
+}
+
+TEST(TraceMemory, ByteOverridesWalkAsRewrittenRanges) {
+  // A resized recording walks its probe's ranges with some bytes overridden
+  // (trainer/simulate/shard_resize.h): the same figures, in both modes, as the ranges rewritten.
+  Trace t;
+  OpDesc mm = op("aten::mm", {5}, {1});
+  mm.kind = OpKind::kMatmul;  // ends the element-wise run that follows: 1 is allocated when fused
+  t.compute(mm);
+  t.compute(op("aten::mul", {1}, {2}));
+  t.compute(op("aten::sum", {2}, {3}));
+  t.compute(op("aten::neg", {3}, {4}));
+  t.storages() = {{100, false}, {200, false}, {10, false}, {50, false}, {70, true}};
+  auto live = std::make_shared<const LiveRanges>(live_ranges({&t}, t.storages(), {}));
+  ASSERT_EQ(live->ranges.size(), 5u);
+  LiveRanges rewritten = *live;
+  std::vector<ByteOverride> overrides;
+  for (uint32_t i : {0u, 2u, 4u}) overrides.push_back({i, rewritten.ranges[i].bytes *= 7});
+  const StepMemory m(live, overrides);
+  for (bool fused : {false, true}) {
+    const TraceMemory want = walk_memory(rewritten, fused), got = m.of(fused);
+    EXPECT_EQ(got.state_bytes, want.state_bytes) << fused;
+    EXPECT_EQ(got.peak_bytes, want.peak_bytes) << fused;
+    EXPECT_EQ(got.peak_op, want.peak_op) << fused;
+    EXPECT_EQ(got.peak_by_op, want.peak_by_op) << fused;
+    EXPECT_NE(got.peak_bytes, walk_memory(*live, fused).peak_bytes) << fused;  // the overrides count
+  }
+  EXPECT_EQ(m.eager().state_bytes, 490);  // the parameter's 70 bytes, seven times
+  // Out of order or repeated: refused, naming the walk.
+  EXPECT_THROW(walk_memory(*live, false, {{2, 1}, {2, 1}}), Error);
+  EXPECT_THROW(walk_memory(*live, false, {{9, 1}}), Error);
 }
 
 TEST(TraceMemory, ReportSplitsStateAndRefusesWhatDoesNotFit) {

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
       sim.simulation.device = "cpu";
       const titan::RecordedStep mem = titan::record_step(sim);
       const titan::devices::TraceMemory& m =
-          mem.pipeline ? mem.pipeline->memory[pp_rank].eager : mem.memory.eager;
+          mem.pipeline ? mem.pipeline->memory[pp_rank].eager() : mem.memory.eager();
       const double predicted = static_cast<double>(m.state_bytes + m.peak_bytes);
       const double error = predicted / static_cast<double>(std::max<int64_t>(1, tensor_peak)) - 1;
       std::printf("tensor memory: real step %.2f MB, predicted %.2f MB (state %.2f, step peak %.2f): %+.1f%%\n",

@@ -32,13 +32,13 @@ TEST(SimulateMemory, StateIsWhatTheTrainerStores) {
   // Parameters, their gradients and two AdamW states, all in the parameter dtype; anything
   // else the trainer keeps across steps is small.
   const int64_t params = rec.local_params * rec.param_elem_bytes;
-  EXPECT_GE(rec.memory.eager.state_bytes, 4 * params);
-  EXPECT_LT(rec.memory.eager.state_bytes, 4 * params + (int64_t{1} << 20));
-  EXPECT_EQ(rec.memory.fused.state_bytes, rec.memory.eager.state_bytes);
+  EXPECT_GE(rec.memory.eager().state_bytes, 4 * params);
+  EXPECT_LT(rec.memory.eager().state_bytes, 4 * params + (int64_t{1} << 20));
+  EXPECT_EQ(rec.memory.fused().state_bytes, rec.memory.eager().state_bytes);
 }
 
 TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
-  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager.peak_temporaries; };
+  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager().peak_temporaries; };
   const int64_t none = peak({"--activation_checkpoint.mode", "none"});
   const int64_t none4 = peak({"--activation_checkpoint.mode", "none", "--training.local_batch_size", "4"});
   const int64_t full = peak({"--activation_checkpoint.mode", "full"});
@@ -51,7 +51,7 @@ TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
 }
 
 TEST(SimulateMemory, OpLevelCheckpointingKeepsItsSavedOutputsLive) {
-  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager.peak_temporaries; };
+  auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager().peak_temporaries; };
   const int64_t none = peak({"--activation_checkpoint.mode", "none"});
   const int64_t full = peak({"--activation_checkpoint.mode", "full"});
   const int64_t op = peak({"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"});
@@ -70,7 +70,7 @@ TEST(SimulateMemory, FsdpBuffersHoldAUnitOrTwoAndTheReportAddsUp) {
   const JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none", "--simulation.execution", "eager"});
   const RecordedStep rec = record_step(cfg);
   const SimulationResult r = replay_step(cfg, rec, rec.chip, rec.placement);
-  const devices::TraceMemory& m = rec.memory.eager;
+  const devices::TraceMemory& m = rec.memory.eager();
   // The gathered parameters of the current block and the prefetched next one, never the
   // whole model (8 shards of it are stored).
   const int64_t unsharded = rec.local_params * 8 * rec.param_elem_bytes;
@@ -89,8 +89,8 @@ TEST(SimulateMemory, FusedElementwiseTemporariesTakeNoMemory) {
   // registers (the loss's fp32 upcast and log-softmax temporaries, the norms' squares).
   JobConfig cfg = memory_config({"--activation_checkpoint.mode", "none"});
   const RecordedStep rec = record_step(cfg);
-  EXPECT_LT(rec.memory.fused.peak_bytes, rec.memory.eager.peak_bytes);
-  EXPECT_GT(rec.memory.fused.peak_bytes, rec.memory.eager.peak_bytes / 2);  // saved tensors stay
+  EXPECT_LT(rec.memory.fused().peak_bytes, rec.memory.eager().peak_bytes);
+  EXPECT_GT(rec.memory.fused().peak_bytes, rec.memory.eager().peak_bytes / 2);  // saved tensors stay
   for (Execution mode : {Execution::kEager, Execution::kDeferAndFuse, Execution::kCompiled}) {
     cfg.simulation.execution = mode;
     const SimulationResult r = replay_step(cfg, rec, rec.chip, rec.placement);
@@ -126,7 +126,7 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
       peak = tensors.peak();
     }
     const RecordedStep rec = record_step(cfg);
-    const devices::TraceMemory& m = rec.memory.eager;  // the real run is eager
+    const devices::TraceMemory& m = rec.memory.eager();  // the real run is eager
     const int64_t predicted = m.state_bytes + m.peak_bytes;
     std::printf("  debug model B4 x S256, fused kernels %s, AC %s: predicted %.2f MB (state %.2f, step peak %.2f), "
                 "measured %.2f MB (held between steps %.2f)\n",

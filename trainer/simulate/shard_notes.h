@@ -1,7 +1,8 @@
 // What FSDP notes while a shard-resizing probe is recorded (trainer/simulate/shard_resize.h):
 // its plans' parameter sizes, the storages sized by a parameter's shard and its list
-// collectives. Shared by shard_resize.cpp, which follows them through the trace, and
-// recording_wire.cpp, which carries them from a recorder process (study/recorder_pool.h).
+// collectives. Shared by shard_plan.cpp, which follows them through the trace, and
+// recording_wire_shard_notes.cpp, which carries them from a recorder process
+// (study/recorder_pool.h).
 #pragma once
 
 #include <c10/core/ScalarType.h>

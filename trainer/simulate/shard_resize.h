@@ -26,7 +26,7 @@
 
 namespace titan {
 
-struct ShardPlan;  // what FSDP noted, and where the sizes to rewrite are (shard_resize.cpp)
+struct ShardPlan;  // what FSDP noted, and where the sizes to rewrite are (shard_plan.h)
 
 // A recording made at a probe degree, with what resizing needs. Where its sizes are is worked
 // out by the first resize (on that thread, once), so the recorder thread only records.
@@ -59,7 +59,7 @@ const ShardNotes& probe_notes(const ProbeRecording& probe);
 // probe's events went (a call whose buckets split anew has its issues and waits rebuilt).
 // Resizing that probe into it again for a degree of the same split then rewrites only the
 // sizes that follow the degree, in place, instead of copying the whole step.
-struct ResizedLayout;  // shard_resize.cpp
+struct ResizedLayout;  // shard_rebucket.h
 struct ResizeState {
   std::shared_ptr<const ShardPlan> plan;  // the probe's (held: its address is never another's)
   std::shared_ptr<ResizedLayout> layout;

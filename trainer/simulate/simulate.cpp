@@ -144,7 +144,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     // within a segment as the model deepens (a transient early in it against the activations
     // its last layer leaves), which layer extrapolation cannot extend; unfused is the upper
     // bound.
-    for (const devices::StepMemory& m : p.memory) f.rank_memory.push_back(m.eager);
+    for (const devices::StepMemory& m : p.memory) f.rank_memory.push_back(m.eager());
     f.rank_holds_output = p.holds_output;
   } else {
     o.keep_events = true;  // exposed time by kind; dropped again unless asked for

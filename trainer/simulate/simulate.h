@@ -32,8 +32,9 @@ struct RecordedStep {
   int64_t param_elem_bytes = 4;  // storage dtype of the parameters (mixed_precision_param)
   int64_t microbatches = 1;
   int64_t global_batch = 0;
-  // The step's memory unfused and fused (devices/trace_memory.h), walked once per recording:
-  // a study replays it many times. Anything that rewrites the trace's sizes walks it again.
+  // The step's memory unfused and fused (devices/trace_memory.h), each walked once per
+  // recording, when a replay first asks for it: a study replays it many times. Anything that
+  // rewrites the trace's sizes gives it new ranges or byte overrides.
   devices::StepMemory memory;
   // Pipeline parallelism: every pipeline rank's step cut at the schedule's actions (the
   // fields above then describe the first pipeline rank).

@@ -42,7 +42,7 @@ struct RecordOptions {
 RecordOptions record_options(const devices::ChipSpec& chip);
 
 // The id the active recording gave t's storage (devices::TensorUse::id); 0 when it has not
-// seen it. For notes taken during a recording (trainer/simulate/shard_resize.cpp).
+// seen it. For notes taken during a recording (trainer/simulate/shard_probe.cpp).
 int64_t recorded_storage_id(const at::Tensor& t);
 // Collectives issued in the active recording's trace so far (-1: none active).
 int64_t recorded_issue_count();

@@ -1,0 +1,120 @@
+// The byte format of recorded steps (recording_wire.h): a writer and a reader of plain values,
+// strings and lists, and the codecs of a recording's parts, one file each so that a struct's
+// fields and their wire stay side by side: traces and Communicator calls
+// (recording_wire_trace.cpp), pipelines (recording_wire_pipeline.cpp), FSDP's shard notes
+// (recording_wire_shard_notes.cpp); the step and the entry points are recording_wire.cpp's.
+// Each file checks the sizes of the structs it carries, so that a field added without its
+// wire stops the build there.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "devices/step_simulator.h"
+#include "trainer/simulate/shard_notes.h"
+#include "trainer/simulate/simulate.h"
+
+namespace titan::wire {
+
+class Writer {
+ public:
+  template <class T>
+  void pod(T v) {
+    static_assert(std::is_trivially_copyable_v<T> &&
+                      (std::is_floating_point_v<T> || std::has_unique_object_representations_v<T>),
+                  "a struct with padding would put indeterminate bytes on the wire");
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void i64(int64_t v) { pod(v); }
+  void str(const std::string& s) {
+    i64(static_cast<int64_t>(s.size()));
+    out_.append(s);
+  }
+  template <class T, class F>
+  void list(const std::vector<T>& v, F each) {
+    i64(static_cast<int64_t>(v.size()));
+    for (const T& x : v) each(x);
+  }
+  void i64s(const std::vector<int64_t>& v) {
+    list(v, [&](int64_t x) { i64(x); });
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <class T>
+  T pod() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    TITAN_CHECK(pos_ + sizeof(T) <= in_.size(), "recording message: truncated at byte ", pos_,
+                " of ", in_.size());
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  int64_t i64() { return pod<int64_t>(); }
+  size_t count() {
+    const int64_t n = i64();
+    TITAN_CHECK(n >= 0 && static_cast<size_t>(n) <= in_.size() - pos_,
+                "recording message: a count of ", n, " at byte ", pos_, " exceeds the message");
+    return static_cast<size_t>(n);
+  }
+  std::string str() {
+    const size_t n = count();
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  template <class T, class F>
+  std::vector<T> list(F each) {
+    std::vector<T> v(count());
+    for (T& x : v) each(x);
+    return v;
+  }
+  std::vector<int64_t> i64s() {
+    return list<int64_t>([&](int64_t& x) { x = i64(); });
+  }
+  void done() const {
+    TITAN_CHECK(pos_ == in_.size(), "recording message: ", in_.size() - pos_, " bytes left over");
+  }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+// Ops, issues and waits in order (the data flow and the handles are Trace's to derive), then
+// the storage table and the resizes.
+void put(Writer& w, const devices::Trace& t);
+void get(Reader& r, devices::Trace* t);
+// A storage table and a list of resizes (a trace's, or a pipeline rank's).
+void put(Writer& w, const std::vector<devices::StorageRecord>& table);
+void get(Reader& r, std::vector<devices::StorageRecord>* table);
+void put(Writer& w, const std::vector<devices::StorageResize>& resizes);
+void get(Reader& r, std::vector<devices::StorageResize>* resizes);
+// Every Communicator call of a step.
+void put(Writer& w, const std::vector<SimCollectiveEvent>& calls);
+void get(Reader& r, std::vector<SimCollectiveEvent>* calls);
+
+// A pipeline's schedule, segments, calls and storage tables; its memory is walked again on
+// arrival.
+void put(Writer& w, const RecordedPipeline& p);
+void get(Reader& r, RecordedPipeline* p);
+
+void put(Writer& w, const ShardNotes& n);
+void get(Reader& r, ShardNotes* n);
+
+}  // namespace titan::wire

@@ -1,0 +1,142 @@
+// Traces and Communicator calls as bytes (see recording_wire_format.h).
+#include "trainer/simulate/recording_wire_format.h"
+
+namespace titan::wire {
+
+// A field added to one of these structs must be carried here too (or the recorder processes
+// would drop it silently): each size is checked, so that such a change stops the build here.
+static_assert(
+    sizeof(devices::OpDesc) == 264 && sizeof(devices::CollectiveDesc) == 80 &&
+        sizeof(devices::TraceEvent) == 360 && sizeof(devices::Trace) == 160,
+    "devices::Trace changed: carry the new fields in recording_wire_trace.cpp, then update these sizes");
+static_assert(sizeof(SimCollectiveEvent) == 136,
+              "SimCollectiveEvent changed: carry the new fields in recording_wire_trace.cpp, then update its size");
+
+namespace {
+
+void put_uses(Writer& w, const std::vector<devices::TensorUse>& uses) {
+  w.list(uses, [&](const devices::TensorUse& u) { w.i64(u.id), w.i64(u.bytes); });
+}
+std::vector<devices::TensorUse> get_uses(Reader& r) {
+  return r.list<devices::TensorUse>(
+      [&](devices::TensorUse& u) { u.id = r.i64(), u.bytes = r.i64(); });
+}
+
+void put_op(Writer& w, const devices::OpDesc& op) {
+  w.str(op.name);
+  w.pod(op.kind);
+  w.pod(op.flops);
+  w.i64(op.bytes_read), w.i64(op.bytes_written);
+  w.pod(op.mm);
+  const devices::AttentionShape& a = op.attn;  // field by field: no padding bytes on the wire
+  for (int64_t v : {a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim}) w.i64(v);
+  w.pod(a.causal), w.pod(a.backward);
+  w.i64(op.dtype_bytes);
+  put_uses(w, op.reads);
+  put_uses(w, op.writes);
+}
+devices::OpDesc get_op(Reader& r) {
+  devices::OpDesc op;
+  op.name = r.str();
+  op.kind = r.pod<devices::OpKind>();
+  op.flops = r.pod<double>();
+  op.bytes_read = r.i64(), op.bytes_written = r.i64();
+  op.mm = r.pod<devices::MatmulShape>();
+  devices::AttentionShape& a = op.attn;
+  for (int64_t* v : {&a.batch, &a.heads, &a.kv_heads, &a.q_len, &a.kv_len, &a.head_dim})
+    *v = r.i64();
+  a.causal = r.pod<bool>(), a.backward = r.pod<bool>();
+  op.dtype_bytes = r.i64();
+  op.reads = get_uses(r);
+  op.writes = get_uses(r);
+  return op;
+}
+
+// Ops, issues and waits in order; the data flow and the handles are Trace's to derive.
+}  // namespace
+
+void put(Writer& w, const devices::Trace& t) {
+  using Type = devices::TraceEvent::Type;
+  w.list(t.events(), [&](const devices::TraceEvent& ev) {
+    w.pod(ev.type);
+    if (ev.type == Type::kCompute) return put_op(w, ev.op);
+    w.i64(ev.work);
+    if (ev.type == Type::kWait) return;
+    w.pod(ev.collective.kind);
+    w.str(ev.collective.group);
+    w.i64(ev.collective.bytes);
+    w.str(ev.collective.stream);
+  });
+  put(w, t.storages());
+  put(w, t.storage_resizes());
+}
+void get(Reader& r, devices::Trace* t) {
+  using Type = devices::TraceEvent::Type;
+  *t = devices::Trace();
+  for (size_t i = 0, n = r.count(); i < n; ++i) {
+    const auto type = r.pod<Type>();
+    if (type == Type::kCompute) {
+      t->compute(get_op(r));
+      continue;
+    }
+    TITAN_CHECK(type == Type::kIssue || type == Type::kWait, "recording message: event ", i,
+                " has no known type");
+    const int64_t work = r.i64();
+    if (type == Type::kWait) {
+      t->wait(work);
+      continue;
+    }
+    devices::CollectiveDesc c;
+    c.kind = r.pod<devices::CollectiveKind>();
+    c.group = r.str();
+    c.bytes = r.i64();
+    c.stream = r.str();
+    const int64_t issued = t->issue(c);
+    TITAN_CHECK(issued == work, "recording message: event ", i, " was work ", work,
+                " but rebuilds as ", issued);
+  }
+  get(r, &t->storages());
+  get(r, &t->storage_resizes());
+}
+
+void put(Writer& w, const std::vector<devices::StorageRecord>& table) {
+  w.list(table, [&](const devices::StorageRecord& s) { w.i64(s.bytes), w.pod(s.outlives_step); });
+}
+void get(Reader& r, std::vector<devices::StorageRecord>* table) {
+  *table = r.list<devices::StorageRecord>([&](devices::StorageRecord& s) {
+    s.bytes = r.i64();
+    s.outlives_step = r.pod<bool>();
+  });
+}
+
+void put(Writer& w, const std::vector<devices::StorageResize>& resizes) {
+  w.list(resizes, [&](const devices::StorageResize& s) { w.i64(s.at_op), w.i64(s.id), w.i64(s.bytes); });
+}
+void get(Reader& r, std::vector<devices::StorageResize>* resizes) {
+  *resizes = r.list<devices::StorageResize>(
+      [&](devices::StorageResize& s) { s.at_op = r.i64(), s.id = r.i64(), s.bytes = r.i64(); });
+}
+
+void put(Writer& w, const std::vector<SimCollectiveEvent>& calls) {
+  w.list(calls, [&](const SimCollectiveEvent& e) {
+    w.pod(e.type);
+    w.str(e.op), w.str(e.group);
+    w.i64(e.group_size), w.i64(e.bytes);
+    w.str(e.stream);
+    w.pod(e.async);
+    w.i64(e.id);
+  });
+}
+void get(Reader& r, std::vector<SimCollectiveEvent>* calls) {
+  *calls = r.list<SimCollectiveEvent>([&](SimCollectiveEvent& e) {
+    e.type = r.pod<SimCollectiveEvent::Type>();
+    e.op = r.str(), e.group = r.str();
+    e.group_size = r.i64(), e.bytes = r.i64();
+    e.stream = r.str();
+    e.async = r.pod<bool>();
+    e.id = r.i64();
+  });
+}
+
+}  // namespace titan::wire
+
