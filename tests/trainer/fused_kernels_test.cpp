@@ -348,7 +348,8 @@ TEST(FusedKernels, ThreadChoiceRetriesOneThreadOnlyWhenItCanWin) {
     with_chosen_threads("test.parallel_until_slowed", 1, 2, 3, [&] {
       seen.push_back(at::get_num_threads());
       const bool slow = seen.back() == 1 || call == trial_calls + fast_calls;
-      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(seen.back() == 1 ? 3 : 9));
+      // One thread's 20 ms: a fast call preempted on a loaded host stays below it.
+      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(seen.back() == 1 ? 20 : 60));
     });
   }
   for (int i = trial_calls; i <= trial_calls + fast_calls; ++i) EXPECT_EQ(seen[i], 2) << "kept, call " << i;
