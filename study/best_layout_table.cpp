@@ -109,7 +109,7 @@ Row row_of(const Point& p, const PriceTable& prices) {
   std::ostringstream lay, det, tps, mfu, cost;
   lay << c.simulation.num_chips << " chips: " << layout_string(p.result.dims);
   det << "rows " << c.training.local_batch_size << ", " << (p.result.dims.pp > 1 ? p.result.pipeline_schedule + ", " : "")
-      << "AC " << to_string(c.activation_checkpoint.mode) << ", " << to_string(c.comm.collective_mode);
+      << "AC " << ac_choice(c) << ", " << to_string(c.comm.collective_mode);
   tps << std::fixed << std::setprecision(0) << p.result.tokens_per_s_per_chip;
   mfu << std::fixed << std::setprecision(1) << p.result.mfu_percent;
   r.layout = lay.str(), r.detail = det.str(), r.tps = tps.str(), r.mfu = mfu.str();

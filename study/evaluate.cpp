@@ -36,6 +36,10 @@ Breakdown breakdown_of(const SimulationResult& r) {
   return b;
 }
 
+std::string ac_choice(const JobConfig& cfg) {
+  return cfg.activation_checkpoint.op_level() ? "op" : to_string(cfg.activation_checkpoint.mode);
+}
+
 std::string key_value(const JobConfig& cfg, const std::string& key) {
   JobConfig copy = cfg;
   Registry reg = make_registry(copy);

@@ -49,4 +49,8 @@ void prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache&
 // registry's own spelling, so every key a sweep can set can be read back.
 std::string key_value(const JobConfig& cfg, const std::string& key);
 
+// The activation checkpointing choice a layout search names (SearchSpace): "none",
+// "selective" (every Nth block), "full", or "op" (selective with the op-level policy).
+std::string ac_choice(const JobConfig& cfg);
+
 }  // namespace titan::study

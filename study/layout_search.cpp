@@ -40,7 +40,12 @@ SearchSpace search_space_from(const std::vector<std::pair<std::string, std::vect
     else if (key == "local_batch") s.local_batch = counts();
     else if (key == "pp_microbatches") s.pp_microbatches = counts();
     else if (key == "schedules") s.schedules = values;
-    else if (key == "activation_checkpoint") s.activation_checkpoint = values;
+    else if (key == "activation_checkpoint") {
+      for (const auto& v : values)
+        TITAN_CONFIG_CHECK(v == "none" || v == "selective" || v == "full" || v == "op", where, ": '", v,
+                           "' is not an activation checkpointing choice (none, selective, full, op)");
+      s.activation_checkpoint = values;
+    }
     else if (key == "collective_modes") s.collective_modes = values;
     else
       TITAN_CONFIG_CHECK(false, where, ": unknown key (tp, pp, dp_replicate, local_batch, pp_microbatches, schedules, "
@@ -87,7 +92,12 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
                 c.overrides.emplace_back("parallelism.pipeline_parallel_schedule", sched);
                 c.overrides.emplace_back("parallelism.pipeline_parallel_microbatch_size", "1");
               }
-              c.overrides.emplace_back("activation_checkpoint.mode", ac);
+              if (ac == "op") {
+                c.overrides.emplace_back("activation_checkpoint.mode", "selective");
+                c.overrides.emplace_back("activation_checkpoint.selective_ac_option", "op");
+              } else {
+                c.overrides.emplace_back("activation_checkpoint.mode", ac);
+              }
               c.overrides.emplace_back("comm.collective_mode", mode);
               out.push_back(std::move(c));
             }
@@ -162,7 +172,7 @@ std::string format_search(const SearchResult& r, size_t n) {
     os << std::setw(3) << k + 1 << " " << std::left << std::setw(42) << layout_string(p.result.dims) << " "
        << std::right << std::setw(4) << c.training.local_batch_size << " " << std::left << std::setw(16)
        << (p.result.dims.pp > 1 ? p.result.pipeline_schedule : "-") << " " << std::setw(10)
-       << to_string(c.activation_checkpoint.mode) << " " << std::setw(9) << to_string(c.comm.collective_mode)
+       << ac_choice(c) << " " << std::setw(9) << to_string(c.comm.collective_mode)
        << std::right << std::setprecision(0) << std::setw(11) << p.result.tokens_per_s_per_chip << " "
        << std::setprecision(2) << std::setw(6) << p.result.mfu_percent << " " << std::setprecision(1) << std::setw(8)
        << p.result.memory.total_gib() << "\n";

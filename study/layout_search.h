@@ -24,7 +24,8 @@ struct SearchSpace {
   std::vector<int64_t> local_batch = {1, 2, 4};        // rows per rank and micro-batch (pp = 1)
   std::vector<int64_t> pp_microbatches = {1, 2};       // micro-batches per stage: x pp (pp > 1)
   std::vector<std::string> schedules = {"1F1B", "Interleaved1F1B", "ZBVZeroBubble"};
-  std::vector<std::string> activation_checkpoint = {"none", "selective", "full"};
+  // "op": selective with selective_ac_option = "op" (TorchTitan's op-level policy).
+  std::vector<std::string> activation_checkpoint = {"none", "selective", "full", "op"};
   std::vector<std::string> collective_modes = {"fused", "separate"};
 };
 

@@ -34,7 +34,7 @@ nlohmann::json point_json(const Point& p, const PriceTable& prices) {
   j["tp"] = has ? r.dims.tp : 0;
   j["collective_mode"] = key_value(c, "comm.collective_mode");
   j["execution"] = key_value(c, "simulation.execution");
-  j["activation_checkpoint"] = key_value(c, "activation_checkpoint.mode");
+  j["activation_checkpoint"] = ac_choice(c);
   j["pipeline_schedule"] = has && r.dims.pp > 1 ? r.pipeline_schedule : "";
   j["local_batch_size"] = c.training.local_batch_size;
   j["global_batch_size"] = has ? r.global_batch : 0;

@@ -86,6 +86,8 @@ struct Layout {
 TEST(LayerExtrapolation, MatchesFullDepthRecordings) {
   const std::vector<Layout> layouts = {
       {"fsdp 8, selective AC, fused, 36 layers", {"--model.n_layers", "36"}},
+      {"fsdp 8, op-level selective AC, 20 layers",
+       {"--model.n_layers", "20", "--activation_checkpoint.selective_ac_option", "op"}},
       {"tp 2 x fsdp 4, separate",
        {"--model.n_layers", "16", "--parallelism.tensor_parallel_degree", "2", "--comm.collective_mode", "separate"}},
       {"hsdp 2x2 x tp 2, full AC",

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "common/error.h"
 #include "study/layout_search.h"
 #include "study_fixture.h"
 
@@ -87,6 +88,38 @@ TEST(StudySearch, EnumerationCoversEveryDivisorLayoutOnce) {
   std::set<Overrides> unique;
   for (const auto& x : c) unique.insert(x.overrides);
   EXPECT_EQ(unique.size(), c.size());
+}
+
+TEST(StudySearch, OpLevelCheckpointingIsAChoiceOfItsOwn) {
+  SearchSpace s = small_space();
+  s.tp = {1};
+  s.pp = {1};
+  s.dp_replicate = {1};
+  s.local_batch = {1};
+  s.collective_modes = {"fused"};
+  s.activation_checkpoint = {"selective", "op"};
+  const JobConfig base = tiny_config();
+  RecordingCache cache;
+  const SearchResult r = search_layouts(base, s, cache, 1, "");
+  ASSERT_EQ(r.points.size(), 2u);
+  const Point &layer = r.points[0], &op = r.points[1];
+  ASSERT_EQ(layer.verdict, Verdict::kOk) << layer.reason;
+  ASSERT_EQ(op.verdict, Verdict::kOk) << op.reason;
+  EXPECT_EQ(ac_choice(layer.cfg), "selective");
+  EXPECT_EQ(ac_choice(op.cfg), "op");
+  EXPECT_TRUE(op.cfg.activation_checkpoint.op_level());
+  // Every block checkpointed (op) against every 2nd (selective): a different step, less memory.
+  EXPECT_NE(layer.result.report.step_time_s, op.result.report.step_time_s);
+  EXPECT_LT(op.result.memory.total_gib(), layer.result.memory.total_gib());
+  EXPECT_NE(format_search(r, 2).find(" op "), std::string::npos) << format_search(r, 2);
+  // A choice the search does not know is refused, naming it.
+  try {
+    (void)search_space_from({{"activation_checkpoint", {"selective", "sac"}}}, "study.toml [search]");
+    FAIL() << "an unknown AC choice was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'sac' is not an activation checkpointing choice"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

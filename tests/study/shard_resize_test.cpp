@@ -36,6 +36,7 @@ struct Layout {
 TEST(ShardResize, ResizedRecordingsAreTheRecordingsAtThatDegree) {
   const std::vector<Layout> layouts = {
       {"fsdp, selective AC, fused", {}, 1, {2, 4, 64}},
+      {"fsdp, op-level selective AC, fused", {"--activation_checkpoint.selective_ac_option", "op"}, 1, {2, 16}},
       {"hsdp 2 x tp 2, full AC, separate",
        {"--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_replicate_degree", "2",
         "--activation_checkpoint.mode", "full", "--comm.collective_mode", "separate"},
