@@ -92,6 +92,10 @@ struct ChipSpec {
   double defer_host_per_op_s = 0, defer_launch_s = 0;
   double compiled_host_per_op_s = 0, compiled_launch_s = 0;
   double separate_collective_launch_s = 0;
+  // Compiled mode folds the elementwise chain right after a matmul into the matmul's kernel
+  // (XLA's output fusion). false (GPUs): torch.compile without max-autotune runs matmuls as
+  // cuBLAS calls that take no epilogue, so the chain is a fused kernel of its own.
+  bool compiled_fuses_matmul_epilogue = true;
 
   // Per-op overhead on a host CPU (measured for the cpu device; 0 elsewhere):
   // an op that runs a kernel (dispatch, output allocation, autograd node, its backward), and a

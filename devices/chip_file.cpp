@@ -88,6 +88,7 @@ const std::vector<Field>& fields() {
       {"dispatch", "compiled_launch", Dim::kSeconds, &ChipSpec::compiled_launch_s},
       {"dispatch", "separate_collective_launch", Dim::kSeconds,
        &ChipSpec::separate_collective_launch_s},
+      {"dispatch", "compiled_fuses_matmul_epilogue", Dim::kCount, &ChipSpec::compiled_fuses_matmul_epilogue},
   };
   return f;
 }

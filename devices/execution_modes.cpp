@@ -31,7 +31,7 @@ ExecutionMode parse_execution(const std::string& s) {
 ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode) {
   ExecutionOverheads o;
   o.fuse_elementwise = mode != ExecutionMode::kEager;
-  o.fuse_epilogue = mode == ExecutionMode::kCompiled;
+  o.fuse_epilogue = mode == ExecutionMode::kCompiled && chip.compiled_fuses_matmul_epilogue;
   if (chip.is_host()) {
     o.async = false;
     double per_op = chip.cpu_op_overhead_s > 0 ? chip.cpu_op_overhead_s : 5e-6;

@@ -110,16 +110,24 @@ TEST(ComputeCost, EagerWritesEveryResultFusionDoesNot) {
   EXPECT_NEAR(kf[0].launch_s, 1e-6, 1e-15);
 }
 
-TEST(ComputeCost, CompiledFoldsEpilogueIntoMatmul) {
-  ComputeModel c(find_chip("h100"), ExecutionMode::kCompiled);
+TEST(ComputeCost, CompiledFoldsEpilogueIntoMatmulWhereTheCompilerDoes) {
   std::vector<OpDesc> ops = {matmul_op("aten::mm", {1, 4096, 4096, 4096})};
   const int64_t out = 4096LL * 4096 * 2;
   ops.push_back(pointwise_op("aten::silu", OpKind::kElementwise, out, out));
-  auto k = c.lower(ops);
+  // XLA (TPU): the silu is the matmul's epilogue.
+  auto k = ComputeModel(find_chip("tpu-v7"), ExecutionMode::kCompiled).lower(ops);
   ASSERT_EQ(k.size(), 2u);
   EXPECT_EQ(k[1].launch_s, 0.0);
   EXPECT_EQ(k[1].bytes, out);  // only the write: the read came from the accumulators
   EXPECT_EQ(k[0].host_s, 0.0);
+  // torch.compile (GPU): cuBLAS takes no epilogue; the silu reads the product from HBM and
+  // launches its own kernel.
+  const ChipSpec& h100 = find_chip("h100");
+  EXPECT_FALSE(h100.compiled_fuses_matmul_epilogue);
+  k = ComputeModel(h100, ExecutionMode::kCompiled).lower(ops);
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ(k[1].launch_s, h100.compiled_launch_s);
+  EXPECT_EQ(k[1].bytes, 2 * out);
 }
 
 TEST(ComputeCost, CpuAddsMathAndMemoryAndStreamsSmallOpsFromCache) {

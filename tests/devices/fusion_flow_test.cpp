@@ -53,6 +53,7 @@ TEST(FusionFlow, FusedKernelMovesOnlyWhatCrossesItsBoundary) {
   EXPECT_EQ(e[0].bytes + e[1].bytes + e[2].bytes, (200 + 200 + 300) * kMB);
 }
 
+// tpu-v7: its compiler (XLA) fuses a matmul's consumers into it (chip_catalog.h).
 TEST(FusionFlow, CompiledEpilogueReadsTheMatmulFromItsAccumulators) {
   Trace t;
   OpDesc mm = matmul_op("aten::mm", {1, 4096, 4096, 4096});
@@ -62,11 +63,11 @@ TEST(FusionFlow, CompiledEpilogueReadsTheMatmulFromItsAccumulators) {
   t.compute(pointwise("aten::silu", {out}, {act}));
   std::vector<OpDesc> ops;
   for (const TraceEvent& e : t.events()) ops.push_back(e.op);
-  auto k = ComputeModel(find_chip("h100"), ExecutionMode::kCompiled).lower(ops);
+  auto k = ComputeModel(find_chip("tpu-v7"), ExecutionMode::kCompiled).lower(ops);
   ASSERT_EQ(k.size(), 2u);
   EXPECT_EQ(k[1].bytes, act.bytes);  // only the write
   EXPECT_EQ(k[1].launch_s, 0.0);
-  auto d = ComputeModel(find_chip("h100"), ExecutionMode::kDeferAndFuse).lower(ops);
+  auto d = ComputeModel(find_chip("tpu-v7"), ExecutionMode::kDeferAndFuse).lower(ops);
   EXPECT_EQ(d[1].bytes, out.bytes + act.bytes);  // its own kernel: reads the matmul's output
 }
 
