@@ -130,13 +130,15 @@ WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
   progress_->post([this, info = std::move(info), fn = std::move(fn), work,
                    debug = c10::ThreadLocalDebugInfo::current()]() mutable {
     c10::DebugInfoGuard guard(std::move(debug));
+    // The closure is dropped before the work completes, so a waiter sees its frees.
     try {
       run_watched(info.op.c_str(), info.bytes, fn);
+      fn = nullptr;
       work->mark_done();
     } catch (...) {
+      fn = nullptr;
       work->mark_failed(std::current_exception());
     }
-    fn = nullptr;
   });
   return work;
 }

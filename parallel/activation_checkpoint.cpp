@@ -22,15 +22,23 @@ class KeptOps : public OpSaveHook {
   }
   void keep(SavedOp op, std::vector<torch::Tensor> outputs) override {
     TITAN_CHECK(!replaying_, "op-level activation checkpointing: ", saved_op_name(op), " kept during the recompute");
-    kept_.emplace_back(op, std::move(outputs));
+    Kept k{op, std::move(outputs), {}};
+    for (const auto& t : k.outputs) k.versions.push_back(t.defined() ? t._version() : 0);
+    kept_.push_back(std::move(k));
   }
   std::vector<torch::Tensor> take(SavedOp op) override {
-    TITAN_CHECK(replaying_ && next_ < kept_.size() && kept_[next_].first == op,
+    TITAN_CHECK(replaying_ && next_ < kept_.size() && kept_[next_].op == op,
                 "op-level activation checkpointing: the recompute asked for ", saved_op_name(op), " output ", next_ + 1,
                 " of ", kept_.size(), " kept, ",
-                next_ < kept_.size() ? std::string("which holds ") + saved_op_name(kept_[next_].first) : std::string("none left"),
+                next_ < kept_.size() ? std::string("which holds ") + saved_op_name(kept_[next_].op) : std::string("none left"),
                 ": the block's recompute took other ops than its forward");
-    return std::move(kept_[next_++].second);
+    Kept& k = kept_[next_++];
+    // A kept output changed in place after its op ran would hand its backward wrong values.
+    for (size_t i = 0; i < k.outputs.size(); ++i)
+      TITAN_CHECK(!k.outputs[i].defined() || k.outputs[i]._version() == k.versions[i],
+                  "op-level activation checkpointing: ", saved_op_name(op), " output ", next_, " was modified in place ",
+                  "after it was kept (version ", k.versions[i], " -> ", k.outputs[i]._version(), ")");
+    return std::move(k.outputs);
   }
   void start_replay() {
     replaying_ = true;
@@ -47,7 +55,12 @@ class KeptOps : public OpSaveHook {
   bool replaying_ = false;
   int64_t linears_ = 0;
   size_t next_ = 0;
-  std::vector<std::pair<SavedOp, std::vector<torch::Tensor>>> kept_;
+  struct Kept {
+    SavedOp op;
+    std::vector<torch::Tensor> outputs;
+    std::vector<int64_t> versions;  // of each output when kept
+  };
+  std::vector<Kept> kept_;
 };
 
 // Keeps the forward function (and what the op policy kept) alive inside the autograd graph

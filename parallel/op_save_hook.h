@@ -18,6 +18,8 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "common/error.h"
+
 namespace titan {
 
 enum class SavedOp { kLinear, kAttention, kReduceScatter };
@@ -62,8 +64,16 @@ inline OpSaveAction op_save_next(SavedOp op) {
   OpSaveHook* h = op_save_hook();
   return h ? h->next(op) : OpSaveAction::kRun;
 }
-inline void op_save_keep(SavedOp op, std::vector<torch::Tensor> outputs) { op_save_hook()->keep(op, std::move(outputs)); }
-inline std::vector<torch::Tensor> op_save_take(SavedOp op) { return op_save_hook()->take(op); }
+// kKeep / kReuse come from next(): an op handed one without a hook installed is a caller's bug.
+inline OpSaveHook& installed_op_save_hook(SavedOp op) {
+  OpSaveHook* h = op_save_hook();
+  TITAN_CHECK(h != nullptr, saved_op_name(op), ": asked to keep or reuse its output with no op-save hook installed");
+  return *h;
+}
+inline void op_save_keep(SavedOp op, std::vector<torch::Tensor> outputs) {
+  installed_op_save_hook(op).keep(op, std::move(outputs));
+}
+inline std::vector<torch::Tensor> op_save_take(SavedOp op) { return installed_op_save_hook(op).take(op); }
 
 // The profiling scope a reused op opens around its place (and around any kernel scope it
 // still opens so that its backward is costed): the simulator's recorder

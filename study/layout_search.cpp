@@ -97,6 +97,8 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
                 c.overrides.emplace_back("activation_checkpoint.selective_ac_option", "op");
               } else {
                 c.overrides.emplace_back("activation_checkpoint.mode", ac);
+                // every Nth block even where the base config asks for the op-level policy
+                if (ac == "selective") c.overrides.emplace_back("activation_checkpoint.selective_ac_option", "");
               }
               c.overrides.emplace_back("comm.collective_mode", mode);
               out.push_back(std::move(c));

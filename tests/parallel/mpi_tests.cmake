@@ -125,6 +125,7 @@ add_test(NAME parallel_loss_parity_pipeline_schedules
                  pp2_interleaved_v2_separate:2:${_pp2},--parallelism.pipeline_parallel_schedule=Interleaved1F1B,--comm.collective_mode=separate
                  pp2_interleaved_zero_bubble_gloo:2:${_pp2},--parallelism.pipeline_parallel_schedule=InterleavedZeroBubble,--comm.backend=gloo
                  pp2_zbv:2:${_pp2},--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+                 pp2_1f1b_op_ac:2:${_pp2},--parallelism.pipeline_parallel_schedule=1F1B,--activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op
                  pp2_zbv_op_ac:2:${_pp2},--parallelism.pipeline_parallel_schedule=ZBVZeroBubble,--activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op
                  pp2_csv:2:${_pp2},--parallelism.pipeline_parallel_schedule_csv=${CMAKE_CURRENT_LIST_DIR}/pp2_custom.csv
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})

@@ -112,6 +112,14 @@ TEST(StudySearch, OpLevelCheckpointingIsAChoiceOfItsOwn) {
   EXPECT_NE(layer.result.report.step_time_s, op.result.report.step_time_s);
   EXPECT_LT(op.result.memory.total_gib(), layer.result.memory.total_gib());
   EXPECT_NE(format_search(r, 2).find(" op "), std::string::npos) << format_search(r, 2);
+  // From a base that asks for the op-level policy (a TorchTitan TOML), "selective" is still
+  // every Nth block: the same two steps.
+  const SearchResult from_op =
+      search_layouts(tiny_config({"--activation_checkpoint.selective_ac_option", "op"}), s, cache, 1, "");
+  ASSERT_EQ(from_op.points.size(), 2u);
+  EXPECT_EQ(ac_choice(from_op.points[0].cfg), "selective");
+  EXPECT_EQ(from_op.points[0].result.report.step_time_s, layer.result.report.step_time_s);
+  EXPECT_EQ(from_op.points[1].result.report.step_time_s, op.result.report.step_time_s);
   // A choice the search does not know is refused, naming it.
   try {
     (void)search_space_from({{"activation_checkpoint", {"selective", "sac"}}}, "study.toml [search]");
