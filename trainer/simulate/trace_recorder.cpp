@@ -269,12 +269,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     // interval above still costs its backward. Its inputs exist from here on in a real run
     // (the recompute made them for this op's backward), which the memory walk sees only if
     // an op touches them here: a scope records no outputs, so the skipped kernel's read was
-    // their first use. One metadata-only op reads them.
+    // their first use. One metadata-only op reads them (what any of the kernel's ops read).
     if (!f->kernel_forward.empty()) {
       OpDesc touch;
       touch.name = kKeptOutputScope;
       touch.kind = OpKind::kView;
-      touch.reads = f->kernel_forward.back().reads;
+      for (const OpDesc& d : f->kernel_forward)
+        for (const devices::TensorUse& u : d.reads)
+          if (std::none_of(touch.reads.begin(), touch.reads.end(), [&](const devices::TensorUse& r) { return r.id == u.id; }))
+            touch.reads.push_back(u);
       active->add_compute(touch);
     }
     return;
