@@ -207,5 +207,45 @@ TEST(OpCheckpoint, SelectiveAcOptionIsOpOrABlockPeriod) {
   }
 }
 
+// A recompute that asks for other ops than its forward kept, or finds a kept output changed in
+// place since, is an error naming what went wrong, not silently wrong gradients.
+TEST(OpCheckpoint, RecomputeThatDiffersFromItsForwardIsAnError) {
+  auto backward_error = [](const ForwardFn& fn) {
+    auto x = torch::randn({3}, torch::requires_grad());
+    try {
+      checkpoint(fn, x, /*keep_ops=*/true).sum().backward();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // The forward keeps an attention output; the recompute asks for a linear product instead.
+  int passes = 0;
+  std::string why = backward_error([&](const torch::Tensor& x) {
+    const SavedOp op = ++passes == 1 ? SavedOp::kAttention : SavedOp::kLinear;
+    torch::Tensor y = x * 2;
+    const OpSaveAction a = op_save_next(op);
+    if (a == OpSaveAction::kKeep) op_save_keep(op, {y});
+    if (a == OpSaveAction::kReuse) y = op_save_take(op)[0];
+    return y;
+  });
+  EXPECT_NE(why.find("the recompute asked for linear output 1 of 1 kept, which holds attention"), std::string::npos)
+      << why;
+  // The forward changes its kept output in place after keeping it.
+  why = backward_error([&](const torch::Tensor& x) {
+    torch::Tensor y = x * 2;
+    const OpSaveAction a = op_save_next(SavedOp::kAttention);
+    if (a == OpSaveAction::kKeep) {
+      op_save_keep(SavedOp::kAttention, {y});
+      y.add_(1);
+    }
+    if (a == OpSaveAction::kReuse) y = op_save_take(SavedOp::kAttention)[0];
+    return y * 1;
+  });
+  EXPECT_NE(why.find("attention output 1 was modified in place after it was kept"), std::string::npos) << why;
+  // Keep / reuse without a hook installed.
+  EXPECT_THROW(op_save_keep(SavedOp::kLinear, {torch::ones({1})}), Error);
+}
+
 }  // namespace
 }  // namespace titan
