@@ -126,11 +126,11 @@ WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
   auto work = std::make_shared<AsyncWork>();
   // The op runs under the issuer's c10 debug info, as autograd's worker threads do, so a
   // memory listener installed by the issuer (the profiler, TensorMemoryTracker) also sees what
-  // the op allocates and frees; the op's closure holds tensors, so it is dropped inside too.
+  // the op allocates and frees. Its closure holds tensors: it is dropped under that debug info
+  // and before the work completes, so a waiter has seen those frees too.
   progress_->post([this, info = std::move(info), fn = std::move(fn), work,
                    debug = c10::ThreadLocalDebugInfo::current()]() mutable {
     c10::DebugInfoGuard guard(std::move(debug));
-    // The closure is dropped before the work completes, so a waiter sees its frees.
     try {
       run_watched(info.op.c_str(), info.bytes, fn);
       fn = nullptr;
