@@ -1,6 +1,7 @@
 #include "collectives/watchdog.h"
 
 #include "collectives/abort_cleanup.h"
+#include "collectives/job_abort.h"
 
 #include <unistd.h>
 
@@ -52,14 +53,17 @@ void keep_on_abort(const std::string& dir) {
   if (it != abort_dirs().end()) abort_dirs().erase(it);
 }
 
-void abort_job(const std::string& message) {
+void abort_job(const std::string& message) { abort_job_with_status(message, kCommFailureExitCode); }
+
+void abort_job_with_status(const std::string& message, int exit_code) {
   std::fprintf(stderr, "titan: %s\n", message.c_str());
   std::fflush(stderr);
+  std::fflush(stdout);
   // Whatever the hook does, this process is gone a few seconds later: a hook that hangs
   // (a wedged MPI) must not turn a failure into a hang.
-  std::thread([] {
+  std::thread([exit_code] {
     std::this_thread::sleep_for(std::chrono::seconds(5));
-    _exit(kCommFailureExitCode);
+    _exit(exit_code);
   }).detach();
   std::function<void(int)> h;
   {
@@ -72,8 +76,8 @@ void abort_job(const std::string& message) {
       std::filesystem::remove_all(dir, ec);
     }
   }
-  if (h) h(kCommFailureExitCode);
-  _exit(kCommFailureExitCode);
+  if (h) h(exit_code);
+  _exit(exit_code);
 }
 
 Watchdog& Watchdog::instance() {

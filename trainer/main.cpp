@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/job_abort.h"
 #include "collectives/watchdog.h"
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
@@ -26,10 +27,27 @@ bool launched_with_peers() {
   return false;
 }
 
+// "rank 3: " under a launcher, so that a failure only one rank sees says which.
+std::string rank_prefix() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "TITAN_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* s = std::getenv(v)) return std::string("rank ") + s + ": ";
+  }
+  return "";
+}
+
 [[noreturn]] void fail_runtime(const std::string& message) {
-  if (launched_with_peers()) titan::abort_job(message);  // prints "titan: <message>"
+  if (launched_with_peers()) titan::abort_job(rank_prefix() + message);  // prints "titan: <message>"
   std::cerr << "titan-train: " << message << std::endl;
   std::exit(1);
+}
+
+// A config error on one rank of many (a dataset path only that host lacks) ends the job now
+// with status 2: returning would finalize MPI, and mpirun would leave the other ranks in
+// their next collective until its timeout.
+[[noreturn]] void fail_config(const std::string& message) {
+  if (launched_with_peers()) titan::abort_job_with_status(rank_prefix() + message, 2);
+  std::cerr << "titan-train: " << message << std::endl;
+  std::exit(2);
 }
 
 }  // namespace
@@ -54,10 +72,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const titan::Error& e) {
-    if (e.kind() == titan::ErrorKind::kConfig) {
-      std::cerr << "titan-train: config error: " << e.what() << " [" << e.where() << "]" << std::endl;
-      return 2;
-    }
+    if (e.kind() == titan::ErrorKind::kConfig) fail_config("config error: " + std::string(e.what()) + " [" + e.where() + "]");
     fail_runtime("error: " + std::string(e.what()) + " [" + e.where() + "]");
   } catch (const std::exception& e) {
     fail_runtime("error: " + std::string(e.what()));

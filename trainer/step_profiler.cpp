@@ -134,7 +134,14 @@ struct StepProfiler::State {
 };
 
 StepProfiler::StepProfiler(const JobConfig& cfg, Communicator* world)
-    : options_(cfg.profiling), folder_(traces_folder(cfg)), world_(world), state_(std::make_unique<State>()) {}
+    : options_(cfg.profiling), folder_(traces_folder(cfg)), world_(world), state_(std::make_unique<State>()) {
+  // At start, not at the first traced step after minutes of training.
+  if (options_.enable_profiling) {
+    std::error_code ec;
+    std::filesystem::create_directories(folder_, ec);
+    TITAN_CONFIG_CHECK(!ec, "profiling.save_traces_folder ", folder_, ": cannot be created (", ec.message(), ")");
+  }
+}
 
 StepProfiler::~StepProfiler() {
   if (!state_->active) return;

@@ -37,6 +37,13 @@ TrainResult train(const JobConfig& cfg) {
   TrainResult result;
   Checkpointer checkpointer(trainer);  // resumes (or loads initial weights) when configured
   checkpointer.load_at_start();
+  // Resumed past the end, the loop below would run no step and the job end "successfully"
+  // having trained nothing (a reused dump folder with a shorter run's config). steps = 0
+  // asks for no training: it loads and stops.
+  TITAN_CONFIG_CHECK(cfg.training.steps == 0 || trainer.step() <= cfg.training.steps, "checkpoint: resumed at step ",
+                     trainer.step(), " from ", checkpointer.folder(), ", past training.steps = ", cfg.training.steps,
+                     ": raise training.steps to go on from it, pick an earlier step with checkpoint.load_step, or "
+                     "use another checkpoint.folder");
   if (checkpointer.create_seed_checkpoint()) return result;
   StepProfiler profiler(cfg, trainer.world().comm().get());
   MetricsLogger logger(cfg.job.dump_folder, writer, /*append=*/trainer.step() > 0);

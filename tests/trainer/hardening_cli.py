@@ -16,6 +16,11 @@ scenario starts the real binary as a subprocess with a timeout.
   mfu           the log states its MFU peak and its source; MFU never above 100 %
   bad_inputs    the table in hardening_inputs.py: each exits non-zero (no signal, no
                 timeout) with its message fragment
+  write_failure checkpoint writes that fail (a file size limit: writes fail as on a full
+                disk), sync and async: a runtime error naming the rank file and the OS
+                reason, no crash at exit (HDF5's exit clean-up re-closed the failed file:
+                SIGSEGV); a checkpoint past training.steps is a config error, not an
+                exit 0 that trained nothing
 usage: hardening_cli.py SCENARIO --titan-train BIN --workdir DIR"""
 import argparse
 import concurrent.futures
@@ -268,6 +273,47 @@ def scenario_bad_inputs(args):
     if errors:
         fail(f"{len(errors)} of {len(cases)} bad inputs misbehave:\n" + "\n".join(errors))
     print(f"ok: {len(cases)} bad inputs, each a non-zero exit with its message, in {time.time() - t0:.1f} s")
+
+
+def scenario_write_failure(args):
+    import resource
+
+    def file_size_limit():
+        # A 1 MiB limit: the 3.2 MB rank file's writes fail with EFBIG, as they fail with
+        # ENOSPC on a full disk (ignored SIGXFSZ makes write() return the error).
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    for mode in ("disabled", "async"):
+        dump = fresh(args, "write_failure_" + mode)
+        # gloo: Open MPI's singleton start-up cannot write its own store under the limit.
+        cmd = [args.titan_train, "--config", CONFIG, "--job.dump_folder", dump, "--training.steps", "3",
+               "--checkpoint.enable", "true", "--checkpoint.interval", "1", "--checkpoint.async_mode", mode,
+               "--comm.backend", "gloo"] + TINY
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, preexec_fn=file_size_limit)
+        out = p.stdout + p.stderr
+        if p.returncode != 1:
+            fail(f"{mode}: a failed checkpoint write exited {p.returncode}, want 1\n{out[-2000:]}")
+        line = next((l for l in out.splitlines() if "cannot write" in l), "")
+        if "rank-00000.h5" not in line or "File too large" not in line:
+            fail(f"{mode}: no line names the rank file and the OS reason\n{out[-2000:]}")
+        if "Segmentation" in out or "signal" in out:
+            fail(f"{mode}: a crash after the error\n{out[-2000:]}")
+        print(f"ok: {mode}: exit 1: {line[:200]}")
+    # A checkpoint at step 4 resumed by a 3-step config: nothing would train.
+    dump = fresh(args, "past_the_end")
+    base = [args.titan_train, "--config", CONFIG, "--job.dump_folder", dump, "--checkpoint.enable", "true",
+            "--checkpoint.interval", "2", "--checkpoint.last_save_model_only", "false"] + TINY
+    code, out = run(args, base + ["--training.steps", "4"])
+    if code != 0:
+        fail(f"the 4-step run exited {code}\n{out[-2000:]}")
+    code, out = run(args, base + ["--training.steps", "3"])
+    if code != 2 or "past training.steps = 3" not in out:
+        fail(f"resuming step 4 with training.steps = 3 exited {code}\n{out[-2000:]}")
+    code, out = run(args, base + ["--training.steps", "0"])
+    if code != 0 or "resumed from" not in out:
+        fail(f"training.steps = 0 must only load the checkpoint ({code})\n{out[-2000:]}")
+    print("ok: a checkpoint past training.steps is a config error; training.steps = 0 only loads")
 
 
 if __name__ == "__main__":

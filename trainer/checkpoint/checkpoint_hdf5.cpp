@@ -1,9 +1,25 @@
 #include "trainer/checkpoint/checkpoint_hdf5.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include "common/error.h"
 
 namespace titan::h5 {
 namespace {
+
+// HDF5 1.10 keeps a file whose close failed (its flush hit a full disk or a file size limit)
+// in its table, and the library's own clean-up at process exit closes it again and crashes
+// (SIGSEGV in H5F__close_cb) after titan has reported the failed save. titan closes every
+// file it opens itself, so that clean-up has nothing to do: it is switched off before the
+// library is first used (H5dont_atexit only works then).
+const bool kNoHdf5AtExit = [] {
+  H5dont_atexit();
+  return true;
+}();
+
+// " (No space left on device)" for the errno a failed write left, or "".
+std::string os_reason(int err) { return err ? std::string(" (") + std::strerror(err) + ")" : std::string(); }
 
 std::string object_name(hid_t obj) {
   char buf[512] = {0};
@@ -16,9 +32,10 @@ void write_attr(hid_t obj, const std::string& name, hid_t type, const void* data
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   hsize_t dims[1] = {static_cast<hsize_t>(n < 0 ? 1 : n)};
   Handle space(n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, nullptr), H5Sclose);
+  errno = 0;
   Handle attr(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   TITAN_CHECK(attr.valid() && H5Awrite(attr.get(), type, data) >= 0, "hdf5: cannot write attribute ", name,
-              " on ", object_name(obj));
+              " on ", object_name(obj), os_reason(errno));
 }
 
 Handle open_attr(hid_t obj, const std::string& name) {
@@ -78,7 +95,8 @@ Handle open_file_readonly(const std::string& path) {
 
 void close_file(Handle& file, const std::string& path) {
   if (!file.valid()) return;
-  TITAN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "hdf5: cannot flush ", path);
+  errno = 0;
+  TITAN_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "hdf5: cannot flush ", path, os_reason(errno));
   file.reset();
 }
 
@@ -170,12 +188,13 @@ std::vector<uint32_t> attr_u32s(hid_t obj, const std::string& name) {
 Handle write_dataset(hid_t loc, const std::string& name, hid_t native_type, const void* data, int64_t count) {
   hsize_t dims[1] = {static_cast<hsize_t>(count)};
   Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  errno = 0;
   Handle ds(H5Dcreate2(loc, name.c_str(), native_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
             H5Dclose);
-  TITAN_CHECK(ds.valid(), "hdf5: cannot create dataset ", name);
+  TITAN_CHECK(ds.valid(), "hdf5: cannot create dataset ", name, os_reason(errno));
   if (count > 0) {
     TITAN_CHECK(H5Dwrite(ds.get(), native_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-                "hdf5: cannot write dataset ", name);
+                "hdf5: cannot write dataset ", name, os_reason(errno));
   }
   return ds;
 }

@@ -145,8 +145,10 @@ void fsync_path(const std::string& path) {
   TITAN_CHECK(rc == 0, "checkpoint: fsync failed on ", path);
 }
 
-int64_t write_rank_file(const std::string& path, const CheckpointMeta& meta, const std::vector<TensorPiece>& pieces,
-                        const torch::Tensor& rng, int64_t kill_after) {
+namespace {
+
+int64_t write_rank_file_unnamed(const std::string& path, const CheckpointMeta& meta,
+                                const std::vector<TensorPiece>& pieces, const torch::Tensor& rng, int64_t kill_after) {
   h5::Handle file = h5::create_file(path);
   write_meta(file.get(), meta);
   int64_t bytes = 0, written = 0;
@@ -184,6 +186,20 @@ int64_t write_rank_file(const std::string& path, const CheckpointMeta& meta, con
   h5::close_file(file, path);
   fsync_path(path);
   return bytes;
+}
+
+}  // namespace
+
+int64_t write_rank_file(const std::string& path, const CheckpointMeta& meta, const std::vector<TensorPiece>& pieces,
+                        const torch::Tensor& rng, int64_t kill_after) {
+  try {
+    return write_rank_file_unnamed(path, meta, pieces, rng, kill_after);
+  } catch (const Error& e) {
+    // HDF5's messages name the dataset, not the file: a full disk on one rank of many must
+    // say which file (and so which step, folder and rank) could not be written.
+    if (std::string(e.what()).find(path) != std::string::npos) throw;
+    throw Error(e.kind(), e.where(), "checkpoint: cannot write " + path + ": " + e.what());
+  }
 }
 
 struct CheckpointReader::File {

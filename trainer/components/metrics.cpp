@@ -46,7 +46,9 @@ HostMemory host_memory() {
 
 MetricsLogger::MetricsLogger(const std::string& dump_folder, bool writer, bool append) : writer_(writer) {
   if (!writer_) return;
-  std::filesystem::create_directories(dump_folder);
+  std::error_code ec;
+  std::filesystem::create_directories(dump_folder, ec);
+  TITAN_CONFIG_CHECK(!ec, "job.dump_folder ", dump_folder, ": cannot be created (", ec.message(), ")");
   const std::string path = dump_folder + "/metrics.jsonl";
   jsonl_.open(path, append ? std::ios::app : std::ios::trunc);
   TITAN_CHECK(jsonl_.good(), "cannot write metrics file ", path);

@@ -41,6 +41,8 @@ int64_t ActivationCheckpointSection::every() const {
 void validate(const JobConfig& c) {
   c.activation_checkpoint.every();  // refuses a selective_ac_option that is neither "op" nor N
   const auto& t = c.training;
+  TITAN_CONFIG_CHECK(t.global_batch_size != 0,
+                     "training.global_batch_size must be -1 (local x data-parallel degree) or >= 1, got 0");
   if (t.global_batch_size > 0) {
     TITAN_CONFIG_CHECK(t.global_batch_size % t.local_batch_size == 0,
                        "training.global_batch_size (", t.global_batch_size,

@@ -17,6 +17,7 @@
 #include "trainer/config/memory_limits.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/param_layout.h"
+#include "trainer/step/rank_agreement.h"
 
 namespace titan {
 namespace {
@@ -111,7 +112,6 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   dims_ = parallel_dims(cfg_, world_->size());
   TITAN_CONFIG_CHECK(dims_.cp == 1, "context parallelism is not implemented yet (", dims_.to_string(),
                      "); use data parallel, tensor parallel and pipeline parallel degrees");
-  mesh_ = ParallelDims(dims_).build_mesh(world_);
 
   std::shared_ptr<const std::vector<int64_t>> tokens;
   if (on_meta_) {
@@ -129,6 +129,9 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
                   static_cast<long long>(cfg_.model.vocab_size_divisible_by * dims_.tp));
     }
   }
+  // Before the mesh's groups and every later collective, whose sizes follow the config.
+  if (!on_meta_ && world_->size() > 1) check_ranks_agree(cfg_, args_.vocab_size, *world_->comm());
+  mesh_ = ParallelDims(dims_).build_mesh(world_);
   // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
   if (!on_meta_) check_fits_in_memory(cfg_, args_, machine_memory_bytes());
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
