@@ -2,6 +2,7 @@
 #include "study/study_cli.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "study/results_io.h"
 #include "study/sweep_runner.h"
 #include "trainer/simulate/chrome_trace.h"
+#include "trainer/simulate/simulate.h"
 #include "trainer/config/config_loader.h"
 
 namespace titan::study {
@@ -66,6 +68,35 @@ void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::st
             << " (chrome://tracing, ui.perfetto.dev)\n";
 }
 
+// Every value of the sweep file must be one the config takes: a typo (an unknown key, a
+// string for a count, an unknown device) is the file's mistake, reported with the file's
+// name before anything runs, not a row marked invalid (or an error after the whole sweep).
+// Combinations that do not fit together (tp 3 on 64 chips) stay rows of their own.
+void check_sweep_values(const JobConfig& base, const SweepFile& sweep, const std::string& path) {
+  JobConfig fixed = base;
+  for (const auto& [k, v] : sweep.fixed) {
+    try {
+      apply_override(fixed, k, v);
+    } catch (const Error& e) {
+      TITAN_CONFIG_CHECK(false, "sweep file ", path, ": [fixed] ", k, " = ", v, ": ", e.what());
+    }
+  }
+  bool chip_file_swept = false;
+  for (const auto& [k, values] : sweep.axes) chip_file_swept = chip_file_swept || k == "simulation.chip_file";
+  for (const auto& [k, values] : sweep.axes) {
+    for (const auto& v : values) {
+      JobConfig c = fixed;
+      try {
+        apply_override(c, k, v);
+        // Devices resolve against the chip file, which a sweep may vary alongside.
+        if (k == "simulation.device" && !chip_file_swept) (void)simulated_chip(c);
+      } catch (const Error& e) {
+        TITAN_CONFIG_CHECK(false, "sweep file ", path, ": [sweep] ", k, " = ", v, ": ", e.what());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int study_main(const std::vector<std::string>& args) {
@@ -77,11 +108,11 @@ int study_main(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
-      TITAN_CONFIG_CHECK(i + 1 < args.size(), "titan-study: ", a, " needs a value\n", study_usage());
+      TITAN_CONFIG_CHECK(i + 1 < args.size(), a, " needs a value\n", study_usage());
       return args[++i];
     };
     auto count = [&](const std::string& v) {
-      TITAN_CONFIG_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos, "titan-study: ", a,
+      TITAN_CONFIG_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos, a,
                          " takes a count, got '", v, "'");
       return std::stoi(v);
     };
@@ -99,13 +130,20 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--full-depth") full_depth = true;
     else if (a == "--every-degree") every_degree = true;
     else if (a == "--recorders") recorders = count(value());
-    else cfg_args.push_back(a);
+    else {
+      // Config overrides are --section.key; anything else spelled as an option is a typo of one
+      // of the flags above, which would otherwise reach the config loader as a key.
+      const bool config_flag = a == "--config" || a.rfind("--config=", 0) == 0 || a.find('.') != std::string::npos;
+      TITAN_CONFIG_CHECK(a.rfind("--", 0) != 0 || config_flag, "unknown option ", a, "\n", study_usage());
+      cfg_args.push_back(a);
+      if (a.rfind("--", 0) == 0 && a.find('=') == std::string::npos && i + 1 < args.size()) cfg_args.push_back(args[++i]);
+    }
   }
   // Before anything starts a thread (recorder_pool.h): as many recorders as threads.
   if (recorders < 0) recorders = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   std::vector<std::unique_ptr<Recorder>> recorder_processes = start_recorder_processes(recorders);
   TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
-                     "titan-study: give --study SWEEP.toml, --search, --trace or a combination\n", study_usage());
+                     "give --study SWEEP.toml, --search, --trace or a combination\n", study_usage());
   const JobConfig base = load_job_config(cfg_args);
   const PriceTable prices = read_prices(prices_path);
   RecordingCache cache(std::move(recorder_processes));
@@ -113,7 +151,14 @@ int study_main(const std::vector<std::string>& args) {
   cache.resize_shards = !every_degree;
   SweepFile sweep;
   if (!study_path.empty()) sweep = read_sweep_file(study_path);
+  if (!study_path.empty()) check_sweep_values(base, sweep, study_path);
   if (out.empty()) out = base.job.dump_folder + "/study/" + (sweep.name.empty() ? "search" : sweep.name);
+  {  // before the study runs, not when its results are written minutes later
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    TITAN_CONFIG_CHECK(!ec, "output folder ", out, " (--out or job.dump_folder): cannot be created (", ec.message(),
+                       ")");
+  }
   std::vector<std::string> keys;
   for (const auto& [k, v] : sweep.axes) keys.push_back(k);
 

@@ -79,6 +79,32 @@ TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
   EXPECT_NE(read(dir + "/missing.log").find("missing.toml"), std::string::npos);
   EXPECT_EQ(run(tiny_args() + " --search --threads x", dir + "/threads.log"), 2);
   EXPECT_NE(read(dir + "/threads.log").find("--threads"), std::string::npos);
+  EXPECT_EQ(run(tiny_args() + " --search --serach", dir + "/option.log"), 2);
+  EXPECT_NE(read(dir + "/option.log").find("unknown option --serach"), std::string::npos) << read(dir + "/option.log");
+}
+
+// A sweep value the config cannot take is the file's mistake: exit 2 naming file, key and
+// value before anything runs (an unknown key failed after the whole sweep, without the
+// file's name; a bad value or device became an 'invalid' row and exit 0). An output folder
+// that cannot be created fails at start, not when the results are written.
+TEST(StudyCli, BadSweepValuesAndOutputFolderFailAtStart) {
+  const std::string dir = testing::tmp_dir("cli_bad_sweep");
+  std::filesystem::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\"simulation.num_chipz\" = [8]", "[sweep] simulation.num_chipz = 8: "},
+      {"\"simulation.num_chips\" = [8, \"eight\"]", "[sweep] simulation.num_chips = eight: "},
+      {"\"simulation.device\" = [\"tpu-v5p\", \"abacus\"]", "[sweep] simulation.device = abacus: unknown device"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string sweep = dir + "/sweep" + std::to_string(i) + ".toml", log = dir + "/sweep" + std::to_string(i) + ".log";
+    std::ofstream(sweep) << "[study]\nname = \"bad\"\n[sweep]\n" << cases[i].first << "\n";
+    EXPECT_EQ(run(tiny_args() + " --study " + sweep + " --out " + dir + "/out --no-plots --recorders 0", log), 2)
+        << read(log);
+    EXPECT_NE(read(log).find("sweep file " + sweep + ": " + cases[i].second), std::string::npos) << read(log);
+    EXPECT_EQ(read(log).find("done"), std::string::npos) << "ran before failing: " << read(log);
+  }
+  EXPECT_EQ(run(tiny_args() + " --search --out /proc/titan-none/out --recorders 0", dir + "/out.log"), 2);
+  EXPECT_NE(read(dir + "/out.log").find("output folder /proc/titan-none/out"), std::string::npos) << read(dir + "/out.log");
+  EXPECT_EQ(read(dir + "/out.log").find("done"), std::string::npos) << read(dir + "/out.log");
 }
 
 }  // namespace

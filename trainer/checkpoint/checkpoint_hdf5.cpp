@@ -81,8 +81,9 @@ Handle create_file(const std::string& path) {
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   TITAN_CHECK(fapl.valid() && H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) >= 0,
               "hdf5: cannot set file format bounds for ", path);
+  errno = 0;
   Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-  TITAN_CHECK(f.valid(), "hdf5: cannot create ", path);
+  TITAN_CHECK(f.valid(), "hdf5: cannot create ", path, os_reason(errno));
   return f;
 }
 
