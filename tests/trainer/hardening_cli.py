@@ -7,7 +7,8 @@ scenario starts the real binary as a subprocess with a timeout.
   determinism   the debug model 4 times at once on a busy host with [debug] deterministic = true
                 and a seed: per-step losses identical bit for bit
   launchers     launch/titan-train and launch/titan-launch from another folder: relative
-                --config and dump paths are the caller's; no build when the binary exists
+                --config and dump paths are the caller's; no build when the binary exists;
+                a titan-launch option without its value is exit 2 naming it
   extend        a finished run (final save model-only) extended to more steps: resumes from
                 the last full checkpoint saying so; with none left, a clear error
   rank_killed   4 ranks through launch/titan-launch, mpi and gloo: rank 2 SIGKILLed mid-run;
@@ -139,6 +140,11 @@ def scenario_launchers(args):
                     cwd=caller, env={"TITAN_LAUNCH_BINARY": args.titan_train})
     if code != 0 or "my.toml" not in out:
         fail(f"titan-launch --dry-run: {code}\n{out}")
+    # An option given last without its value ended the script with status 1 and no message.
+    for argv in (["-n"], ["-n", "2", "--backend"], ["-n", "2", "--mpi-arg"]):
+        code, out = run(args, [os.path.join(SRC, "launch/titan-launch")] + argv, env={"TITAN_LAUNCH_BINARY": args.titan_train})
+        if code != 2 or f"{argv[-1]} needs a value" not in out:
+            fail(f"titan-launch {' '.join(argv)}: exit {code}, want 2 naming the option\n{out}")
     print("ok: launchers keep the caller's folder (relative config and dump paths) and do not rebuild")
 
 
