@@ -9,6 +9,8 @@
 #include <iterator>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "collectives/communicator.h"
 #include "common/error.h"
 #include "trainer/checkpoint/checkpoint_io.h"
@@ -30,6 +32,26 @@ int64_t world_max(Trainer& t, int64_t v) {
   return static_cast<int64_t>(x.item<double>());
 }
 
+// "n_layers: saved 1, this job 3; ..." for the dims that differ; the whole records when the
+// saved one cannot be read as JSON. A vocabulary that differs only by padding gets the way on:
+// an unset model.vocab_size follows the tensor-parallel degree (vocab_size_divisible_by x tp).
+std::string model_difference(const std::string& saved, const std::string& mine, const ModelSection& asked) {
+  const nlohmann::json a = nlohmann::json::parse(saved, nullptr, false), b = nlohmann::json::parse(mine, nullptr, false);
+  if (!a.is_object() || !b.is_object()) return "saved " + saved + ", this job " + mine;
+  std::string out;
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    const std::string was = a.contains(it.key()) ? a[it.key()].dump() : std::string("(none)");
+    if (was == it.value().dump()) continue;
+    out += (out.empty() ? "" : "; ") + it.key() + ": saved " + was + ", this job " + it.value().dump();
+  }
+  if (a.contains("vocab_size") && a["vocab_size"] != b["vocab_size"] && asked.vocab_size == 0) {
+    out += " (this job pads the tokenizer's vocabulary to a multiple of model.vocab_size_divisible_by x "
+           "tensor_parallel_degree; a layout with another tensor-parallel degree loads it with model.vocab_size = " +
+           a["vocab_size"].dump() + " when that divides by its degree)";
+  }
+  return out.empty() ? "saved " + saved + ", this job " + mine : out;
+}
+
 }  // namespace
 
 // A checkpoint read into staging tensors, not yet applied.
@@ -49,8 +71,8 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir
   CheckpointReader reader(dir, marker.rank_files, marker.rank_file_bytes);
   const CheckpointMeta& m = reader.meta();
   const std::string mine = model_args_json(trainer_.model_args());
-  TITAN_CONFIG_CHECK(m.model_args_json == mine, dir, " is a checkpoint of another model: saved ", m.model_args_json,
-                     ", this job ", mine);
+  TITAN_CONFIG_CHECK(m.model_args_json == mine, dir, " is a checkpoint of another model: ",
+                     model_difference(m.model_args_json, mine, trainer_.config().model));
   model_only = model_only || m.model_only;
   std::set<std::string> skip(trainer_.config().checkpoint.exclude_from_loading.begin(),
                              trainer_.config().checkpoint.exclude_from_loading.end());
