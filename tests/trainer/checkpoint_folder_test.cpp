@@ -43,5 +43,23 @@ TEST(CheckpointFolder, UnwritableFolderIsAConfigErrorNamingIt) {
   fs::remove_all(base);
 }
 
+// Folders a user or another tool left next to titan's steps are neither loaded nor pruned,
+// and do not stop the job (a step number past int64 ended it with std::stoll's bare "stoll").
+TEST(CheckpointFolder, EntriesThatAreNotStepsAreSkipped) {
+  const fs::path base = fs::temp_directory_path() / "titan_ckpt_folder_entries";
+  fs::remove_all(base);
+  for (const char* d : {"step-2", "step-10", "step-abc", "step--3", "step-", "step-99999999999999999999", "steps-4"})
+    fs::create_directories(base / d);
+  std::ofstream(base / "step-2" / "COMPLETE") << "{}";
+  std::ofstream(base / "step-9") << "a file";
+  const auto steps = list_step_folders(base.string());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].step, 10);
+  EXPECT_FALSE(steps[0].complete);
+  EXPECT_EQ(steps[1].step, 2);
+  EXPECT_TRUE(steps[1].complete);
+  fs::remove_all(base);
+}
+
 }  // namespace
 }  // namespace titan

@@ -95,7 +95,9 @@ std::vector<StepFolder> list_step_folders(const std::string& folder) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step-", 0) != 0 || !e.is_directory()) continue;
     const std::string num = name.substr(5);
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+    // Not a step titan wrote (step-abc, or more digits than an int64 holds): left alone,
+    // neither loaded nor pruned, instead of std::stoll's bare "stoll" ending the job.
+    if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) continue;
     out.push_back({std::stoll(num), e.path().string(), fs::exists(e.path() / "COMPLETE", ec)});
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.step > b.step; });
