@@ -22,7 +22,16 @@ struct DeferredLinear : public torch::autograd::Function<DeferredLinear> {
     // A product op-level activation checkpointing keeps (parallel/op_save_hook.h), as the
     // model's own linear does: the same policy under zero-bubble schedules.
     const OpSaveAction act = op_save_next(SavedOp::kLinear);
-    if (act == OpSaveAction::kReuse) return op_save_take(SavedOp::kLinear)[0];
+    if (act == OpSaveAction::kReuse) {
+      // The kept output in the product's place, under the scope a reused op opens, given the
+      // product's inputs: x exists from here on in a real run (the recompute made it for this
+      // backward, the weight half of which may wait for a later W action), and the recorder
+      // leaves a touch of them here as for a reused kernel (trainer/simulate/trace_recorder.cpp).
+      const std::vector<c10::IValue> inputs = {x, weight};
+      at::RecordFunction scope(at::RecordScope::USER_SCOPE);
+      if (scope.isActive()) scope.before(kKeptOutputScope, &inputs);
+      return op_save_take(SavedOp::kLinear)[0];
+    }
     auto y = torch::matmul(x, weight.t());
     if (act == OpSaveAction::kKeep) op_save_keep(SavedOp::kLinear, {y});
     return y;

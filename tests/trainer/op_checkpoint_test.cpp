@@ -7,9 +7,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <array>
 
 #include "common/error.h"
+#include "devices/trace_memory.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/op_save_hook.h"
 #include "parallel/pipeline_weight_grad.h"
@@ -184,6 +186,65 @@ TEST(OpCheckpoint, DeferredLinearsFollowThePolicy) {
   EXPECT_EQ(full_mm, 9);
   EXPECT_LT(max_rel_diff(op_g, none_g), 1e-12);
   EXPECT_LT(max_rel_diff(full_g, none_g), 1e-12);
+}
+
+// Zero-bubble schedules route every block product through deferred_linear
+// (trainer/step/pipeline_model.cpp), whose weight half waits in the store for the W action,
+// holding the product's input. A reused product's input is made by the recompute; where the
+// fused kernels' scopes are recorded (the cpu device) the scope that made it (SwiGLU for the
+// down projection) records no outputs, so the recording must touch it where the product is
+// reused, as it does for the model's own reused linears: the memory walk then has every such
+// input live from the recompute to its weight gradient (before, from the W action only).
+TEST(OpCheckpoint, ReusedDeferredLinearsKeepTheirInputsLiveUntilTheWeightGradients) {
+  const ModelArgs a = tiny_args();
+  for (bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused kernels recorded" : "composite ops recorded");
+    Transformer m(a, 16, torch::TensorOptions().device(torch::kMeta));
+    m->set_fused_kernels(FusedKernels::all(fused));
+    apply_ac(m, Ac::kOp);
+    WeightGradStore store;
+    bool recomputing = false;
+    std::vector<torch::Tensor> inputs;  // of the products in the recompute
+    for (auto& layer : m->layers)
+      for (Linear* l : {&layer->attention->wq, &layer->attention->wk, &layer->attention->wv, &layer->attention->wo,
+                        &layer->feed_forward->w1, &layer->feed_forward->w2, &layer->feed_forward->w3}) {
+        LinearImpl* raw = l->get();
+        raw->wrap = [raw, &store, &recomputing, &inputs](const torch::Tensor& x, const ForwardFn&) {
+          if (recomputing) inputs.push_back(x);
+          return deferred_linear(x, raw->weight, &store);
+        };
+      }
+    auto tokens = torch::zeros({2, 16}, torch::TensorOptions().device(torch::kMeta).dtype(torch::kLong));
+    TraceRecorder rec(RecordOptions(true, fused));
+    {
+      auto loss = cross_entropy_sum(m(tokens), tokens, tokens.numel(), fused);
+      recomputing = true;
+      store.begin(0, 0);  // the I action: input gradients, weight halves deferred
+      loss.backward();
+      store.end();
+      recomputing = false;
+    }
+    const int64_t w_action = static_cast<int64_t>(rec.trace().compute_ops());
+    store.flush(0, 0);
+    ASSERT_EQ(inputs.size(), 7u * a.n_layers);
+    std::vector<int64_t> ids;
+    for (const auto& t : inputs) ids.push_back(recorded_storage_id(t));
+    inputs.clear();  // not state: the step is over
+    // As for the model's linears: a touch per reused product (q, v, gate, down) where the
+    // fused kernels are recorded, besides the attention's.
+    EXPECT_EQ(count(rec.op_counts(), kKeptOutputScope), (fused ? 5 : 1) * a.n_layers);
+    const devices::Trace& t = rec.finish();
+    const devices::LiveRanges live = devices::live_ranges({&t}, t.storages(), t.storage_resizes());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto r = std::find_if(live.ranges.begin(), live.ranges.end(),
+                                  [&](const devices::LiveRange& z) { return z.id == ids[i]; });
+      ASSERT_NE(r, live.ranges.end()) << "product " << i << " storage " << ids[i];
+      EXPECT_EQ(r->kind, devices::LiveRange::Kind::kTemporary) << "product " << i;
+      EXPECT_LT(r->from, w_action) << "product " << i << " (" << i % 7 << " of its block), made by "
+                                   << live.makers[r->maker];
+      EXPECT_GT(r->to, w_action) << "product " << i;
+    }
+  }
 }
 
 TEST(OpCheckpoint, SelectiveAcOptionIsOpOrABlockPeriod) {

@@ -104,6 +104,7 @@ struct Frame : public at::ObserverContext {
   bool is_view = false;          // a metadata-only op (view_ops)
   bool kernel = false;           // a scope kept as one kernel (attention, a fused kernel)
   bool kept = false;             // inside kKeptOutputScope: a reused output, no forward work
+  std::vector<devices::TensorUse> kept_inputs;  // what a kept-output scope given inputs touches
   uint64_t thread = 0;
   int64_t seq_lo = 0;
   std::vector<OpDesc> kernel_forward, kernel_backward;  // what the scope's kernel runs
@@ -190,6 +191,12 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->kept = top->kept;
   }
   f->kept = f->kept || name == kKeptOutputScope;
+  // A reused op that opens no kernel scope of its own (a zero-bubble pipeline's
+  // deferred_linear) hands its inputs to the kept-output scope: the same touch as a reused
+  // kernel's below, where the fused kernels' scopes are kept, since only then can those inputs
+  // come from a scope that records no outputs (elsewhere the ops that made them wrote them).
+  if (name == kKeptOutputScope && fuse_kernel_scopes && !f->suppressed)
+    for (const auto& v : fn.inputs()) add_uses(v, &f->kept_inputs);
   if (name == kAttentionScope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
@@ -245,6 +252,19 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return f;
 }
 
+// The metadata-only op a reused output leaves in place of the op it skipped, reading each of
+// that op's inputs once (on_exit says why). Called with `mu` held.
+void add_kept_output_touch(const std::vector<devices::TensorUse>& inputs) {
+  if (!active || inputs.empty()) return;
+  OpDesc touch;
+  touch.name = kKeptOutputScope;
+  touch.kind = OpKind::kView;
+  for (const devices::TensorUse& u : inputs)
+    if (std::none_of(touch.reads.begin(), touch.reads.end(), [&](const devices::TensorUse& r) { return r.id == u.id; }))
+      touch.reads.push_back(u);
+  active->add_compute(touch);
+}
+
 void add_uses_of_outputs(const at::RecordFunction& fn, std::vector<devices::TensorUse>* out) {
   for (const auto& v : fn.outputs()) add_uses(v, out);
 }
@@ -270,16 +290,14 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     // (the recompute made them for this op's backward), which the memory walk sees only if
     // an op touches them here: a scope records no outputs, so the skipped kernel's read was
     // their first use. One metadata-only op reads them (what any of the kernel's ops read).
-    if (!f->kernel_forward.empty()) {
-      OpDesc touch;
-      touch.name = kKeptOutputScope;
-      touch.kind = OpKind::kView;
-      for (const OpDesc& d : f->kernel_forward)
-        for (const devices::TensorUse& u : d.reads)
-          if (std::none_of(touch.reads.begin(), touch.reads.end(), [&](const devices::TensorUse& r) { return r.id == u.id; }))
-            touch.reads.push_back(u);
-      active->add_compute(touch);
-    }
+    std::vector<devices::TensorUse> reads;
+    for (const OpDesc& d : f->kernel_forward) reads.insert(reads.end(), d.reads.begin(), d.reads.end());
+    add_kept_output_touch(reads);
+    return;
+  }
+  if (!f->kept_inputs.empty()) {
+    std::lock_guard<std::mutex> lock(mu);
+    add_kept_output_touch(f->kept_inputs);
     return;
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
