@@ -9,7 +9,9 @@
 #include "tests/trainer/placeholder_cpu_calibration.h"
 #include "trainer/components/tensor_memory.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/config/resolve_model.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/step/parallelize.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -51,15 +53,24 @@ TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
 }
 
 TEST(SimulateMemory, OpLevelCheckpointingKeepsItsSavedOutputsLive) {
+  const std::vector<std::string> op_ac = {"--activation_checkpoint.mode", "selective",
+                                          "--activation_checkpoint.selective_ac_option", "op"};
   auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager().peak_temporaries; };
   const int64_t none = peak({"--activation_checkpoint.mode", "none"});
   const int64_t full = peak({"--activation_checkpoint.mode", "full"});
-  const int64_t op = peak({"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"});
+  const int64_t op = peak(op_ac);
   // What op-level AC keeps per token and block: the q, v, gate and down-projection products
-  // and the attention output (dim 256, 2 kv heads of 64, ffn 768), in bf16 (the config's
-  // parameter dtype); 2 x 512 tokens per rank, 4 blocks. The walk must see all of it live
-  // when backward starts, on top of what full AC keeps.
-  const int64_t kept = (256 + 128 + 768 + 256 + 256) * int64_t{2} * (2 * 512) * 4;
+  // and the attention output, in the compute dtype (the config's mixed-precision parameter
+  // dtype), for every token a rank takes and every block, taken from the config the step is
+  // recorded with. The walk must see all of it live when backward starts, on top of what
+  // full AC keeps.
+  const JobConfig cfg = memory_config(op_ac);
+  const ModelArgs m = resolve_model_args(cfg, /*tokenizer_vocab=*/0);
+  const int64_t q = m.n_heads * m.head_dim, v = m.n_kv_heads * m.head_dim;
+  const int64_t per_token = q + v + m.ffn_dim + m.dim + q;
+  const int64_t tokens = cfg.training.local_batch_size * cfg.training.seq_len;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(scalar_type(cfg.training.mixed_precision_param)));
+  const int64_t kept = per_token * elem * tokens * m.n_layers;
   std::printf("peak temporaries: none %.2f MB, op %.2f MB, full %.2f MB, kept %.2f MB\n", none / 1e6, op / 1e6,
               full / 1e6, kept / 1e6);
   EXPECT_GE(op - full, kept);
