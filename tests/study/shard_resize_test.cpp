@@ -5,12 +5,15 @@
 // fused buckets that split differently at another degree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "study/evaluate.h"
 #include "same_step.h"
 #include "study_fixture.h"
+#include "devices/trace_memory.h"
+#include "trainer/simulate/shard_rebucket.h"
 #include "trainer/simulate/shard_resize.h"
 
 namespace titan::study {
@@ -123,6 +126,73 @@ TEST(ShardResize, ResizingIntoAStepResizedBeforeIsAFreshResize) {
       EXPECT_EQ(a.memory.total, b.memory.total) << what;
     }
     EXPECT_GE(in_place, 2);  // at least the repeated degrees
+  }
+}
+
+void expect_same_walk(const devices::TraceMemory& a, const devices::TraceMemory& b, const std::string& what) {
+  EXPECT_EQ(a.state_bytes, b.state_bytes) << what;
+  EXPECT_EQ(a.peak_bytes, b.peak_bytes) << what;
+  EXPECT_EQ(a.peak_temporaries, b.peak_temporaries) << what;
+  EXPECT_EQ(a.peak_resized, b.peak_resized) << what;
+  EXPECT_EQ(a.peak_op, b.peak_op) << what;
+  EXPECT_EQ(a.peak_by_op, b.peak_by_op) << what;
+}
+
+// A resized step walks the probe's live ranges with its own bytes, so also the probe's flags
+// for temporaries made and last used inside one run of element-wise ops (free where runs
+// fuse). Runs end at collective issues and waits, which a call whose buckets split anew has
+// rebuilt; a call's issues (and waits) come back to back with no op between them, so the
+// rebuilt ones end the same runs and the flags are the recording's at that degree. Checked
+// where the split changes (0.5 MiB buckets of 0.8 MiB embedding shards at the probe degree,
+// shared at 64; separate mode's one collective per tensor never splits anew), replayed with
+// the element-wise runs fused (defer_and_fuse) and eager.
+TEST(ShardResize, RebuiltBucketsWalkTheFusedRunsOfTheRecordingAtThatDegree) {
+  const std::vector<Layout> layouts = {
+      {"hsdp 2, fused, 0.5 MiB buckets",
+       {"--parallelism.data_parallel_replicate_degree", "2", "--comm.bucket_cap_mb", "0.5"},
+       2,
+       {64, 128}},
+      {"fsdp, op-level selective AC, fused, 0.5 MiB buckets",
+       {"--activation_checkpoint.selective_ac_option", "op", "--comm.bucket_cap_mb", "0.5"},
+       1,
+       {64}},
+  };
+  auto flags = [](const RecordedStep& s) {
+    std::vector<bool> out;
+    for (const devices::LiveRange& r : devices::live_ranges({&s.trace}, s.trace.storages(), s.trace.storage_resizes()).ranges)
+      out.push_back(r.inside_fusion);
+    return out;
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.label);
+    const ProbeRecording probe = record_probe(at_degree(l.args, 2, l.others));
+    const std::vector<bool> probe_flags = flags(probe.step);
+    ASSERT_NE(std::count(probe_flags.begin(), probe_flags.end(), true), 0);  // runs to fuse
+    for (int64_t w : l.degrees) {
+      const JobConfig cfg = at_degree(l.args, w, l.others);
+      const std::string what = l.label + " at dp_shard " + std::to_string(w);
+      ASSERT_EQ(cfg.simulation.execution, Execution::kDeferAndFuse) << what;
+      RecordedStep resized;
+      ResizeState state;
+      std::string why;
+      ASSERT_TRUE(resize_for_shard_degree(probe, cfg, &resized, &why, &state)) << what << ": " << why;
+      ASSERT_TRUE(state.layout && !state.layout->ranks.empty());
+      const auto& moved = state.layout->ranks[0].moved;
+      ASSERT_TRUE(std::any_of(moved.begin(), moved.end(), [](const auto& m) { return !m.empty(); }))
+          << what << ": no call's buckets were rebuilt";
+      const RecordedStep fresh = record_step(cfg);
+      expect_same_step(fresh, resized, what);
+      EXPECT_EQ(flags(fresh), probe_flags) << what;
+      EXPECT_EQ(flags(resized), probe_flags) << what;
+      expect_same_walk(fresh.memory.fused(), resized.memory.fused(), what + " fused");
+      expect_same_walk(fresh.memory.eager(), resized.memory.eager(), what + " eager");
+      EXPECT_LT(fresh.memory.fused().peak_bytes, fresh.memory.eager().peak_bytes) << what;  // the flags count
+      const devices::ChipSpec chip = simulated_chip(cfg);
+      const SimulationResult a = replay_step(cfg, fresh, chip, fresh.placement);
+      const SimulationResult b = replay_step(cfg, resized, chip, fresh.placement);
+      EXPECT_EQ(a.memory.total, b.memory.total) << what;
+      EXPECT_EQ(a.report.step_time_s, b.report.step_time_s) << what;
+    }
   }
 }
 
