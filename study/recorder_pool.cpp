@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -221,9 +222,18 @@ std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n) {
   std::vector<int> ours;  // the study's ends, which a later recorder must not keep open
   for (int i = 0; i < n; ++i) {
     int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) break;
+    // Out of descriptors or processes: the study goes on with the recorders it has, saying so.
+    auto fewer = [&](const char* what) {
+      std::fprintf(stderr, "titan-study: warning: %s failed (%s): %d of %d recorder processes started\n", what,
+                   std::strerror(errno), i, n);
+    };
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      fewer("socketpair");
+      break;
+    }
     const pid_t pid = ::fork();
     if (pid < 0) {
+      fewer("fork");
       ::close(fds[0]), ::close(fds[1]);
       break;
     }

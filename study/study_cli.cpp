@@ -111,9 +111,12 @@ int study_main(const std::vector<std::string>& args) {
       TITAN_CONFIG_CHECK(i + 1 < args.size(), a, " needs a value\n", study_usage());
       return args[++i];
     };
-    auto count = [&](const std::string& v) {
-      TITAN_CONFIG_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos, a,
-                         " takes a count, got '", v, "'");
+    // Bounded: each thread and recorder is real (a recorder is a forked process), and a count
+    // std::stoi cannot hold ended the study with its bare "stoi".
+    auto count = [&](const std::string& v, int most) {
+      TITAN_CONFIG_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() <= 9 &&
+                             std::stoi(v) <= most,
+                         a, " takes a count from 0 to ", most, ", got '", v, "'");
       return std::stoi(v);
     };
     if (a == "--help" || a == "-h") {
@@ -121,15 +124,15 @@ int study_main(const std::vector<std::string>& args) {
       return 0;
     } else if (a == "--study") study_path = value();
     else if (a == "--search") search = true;
-    else if (a == "--threads") threads = count(value());
-    else if (a == "--top") top = static_cast<size_t>(count(value()));
+    else if (a == "--threads") threads = count(value(), 4096);
+    else if (a == "--top") top = static_cast<size_t>(count(value(), 1000000));
     else if (a == "--prices") prices_path = value();
     else if (a == "--out") out = value();
     else if (a == "--no-plots") plots = false;
     else if (a == "--trace") trace = true;
     else if (a == "--full-depth") full_depth = true;
     else if (a == "--every-degree") every_degree = true;
-    else if (a == "--recorders") recorders = count(value());
+    else if (a == "--recorders") recorders = count(value(), 256);
     else {
       // Config overrides are --section.key; anything else spelled as an option is a typo of one
       // of the flags above, which would otherwise reach the config loader as a key.

@@ -49,7 +49,8 @@ double cached_probe(const std::string& path, const std::string& key) {
   }
 }
 
-void store_probe(const std::string& path, const std::string& key, double flops) {
+// True when the figure is in the cache file now.
+bool store_probe(const std::string& path, const std::string& key, double flops) {
   toml::table t;
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
@@ -66,10 +67,14 @@ void store_probe(const std::string& path, const std::string& key, double flops) 
     std::ofstream out(tmp);
     out << "# sgemm probe figures (FLOP/s per rank) for the training log's MFU; delete to re-measure\n"
         << t << "\n";
-    if (!out.good()) return;  // an unwritable cache only costs a probe next time
+    if (!out.good()) {  // an unwritable cache only costs a probe next time
+      fs::remove(tmp, ec);
+      return false;
+    }
   }
   fs::rename(tmp, path, ec);
   if (ec) fs::remove(tmp, ec);
+  return !ec;
 }
 
 std::string sci(double x) {
@@ -108,8 +113,11 @@ PeakFlops resolve_peak_flops(const JobConfig& cfg, int threads) {
   // The best of several short runs: load on the host only ever lowers a run's rate.
   double best = 0;
   for (int i = 0; i < 6; ++i) best = std::max(best, measure_peak_flops());
-  store_probe(cache, key, best);
-  return {best, "sgemm probe, best of 6 x 0.25 s, now cached in " + cache, true};
+  // The log line must not claim a cache that a read-only or missing folder did not take.
+  const bool cached = store_probe(cache, key, best);
+  const std::string where = cached ? "now cached in " + cache
+                                   : "not cached (cannot write " + cache + "; set TITAN_PEAK_CACHE or metrics.peak_flops)";
+  return {best, "sgemm probe, best of 6 x 0.25 s, " + where, true};
 }
 
 double capped_mfu_percent(double achieved_flops, const PeakFlops& peak, std::string* warn) {

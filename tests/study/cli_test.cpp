@@ -79,6 +79,12 @@ TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
   EXPECT_NE(read(dir + "/missing.log").find("missing.toml"), std::string::npos);
   EXPECT_EQ(run(tiny_args() + " --search --threads x", dir + "/threads.log"), 2);
   EXPECT_NE(read(dir + "/threads.log").find("--threads"), std::string::npos);
+  // Counts are bounded: 100000 recorders forked processes until descriptors ran out and the
+  // study then outlived a 120 s limit; a count past int ended it with std::stoi's bare "stoi".
+  EXPECT_EQ(run(tiny_args() + " --search --recorders 100000", dir + "/recorders.log"), 2);
+  EXPECT_NE(read(dir + "/recorders.log").find("--recorders takes a count from 0 to 256, got '100000'"), std::string::npos);
+  EXPECT_EQ(run(tiny_args() + " --search --threads 99999999999", dir + "/big.log"), 2);
+  EXPECT_NE(read(dir + "/big.log").find("--threads takes a count"), std::string::npos) << read(dir + "/big.log");
   EXPECT_EQ(run(tiny_args() + " --search --serach", dir + "/option.log"), 2);
   EXPECT_NE(read(dir + "/option.log").find("unknown option --serach"), std::string::npos) << read(dir + "/option.log");
 }

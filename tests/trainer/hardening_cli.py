@@ -186,7 +186,14 @@ def scenario_mfu(args):
     mfus = [json.loads(l)["mfu"] for l in open(os.path.join(dump, "metrics.jsonl"))]
     if code != 0 or max(mfus) > 100 or "capped at 100%" not in out or "metrics.peak_flops" not in out:
         fail(f"MFU must be capped at 100 with a warning ({code}, {mfus})\n{out[-2000:]}")
-    print(f"ok: MFU peak probed once ({peak1} FLOP/s), reused from the cache, capped at 100 % when too low")
+    # A cache path that cannot be written: the log must not claim the figure was cached.
+    env_ro = dict(env, TITAN_PEAK_CACHE="/proc/titan-none/peak.toml")
+    code, out = run(args, cmd, env=env_ro)
+    peak3 = next((l for l in out.splitlines() if "MFU peak" in l), "")
+    if code != 0 or "not cached (cannot write /proc/titan-none/peak.toml" not in peak3:
+        fail(f"an unwritable cache must be named as not written ({code}): {peak3}\n{out[-2000:]}")
+    print(f"ok: MFU peak probed once ({peak1} FLOP/s), reused from the cache, capped at 100 % when too low; "
+          "an unwritable cache is said to be one")
 
 
 def _procs_with(marker):
