@@ -18,6 +18,7 @@
 
 #include "collectives/communicator.h"
 #include "common/error.h"
+#include "trainer/config/config_folders.h"
 #include "trainer/simulate/chrome_trace.h"
 
 namespace titan {
@@ -136,11 +137,7 @@ struct StepProfiler::State {
 StepProfiler::StepProfiler(const JobConfig& cfg, Communicator* world)
     : options_(cfg.profiling), folder_(traces_folder(cfg)), world_(world), state_(std::make_unique<State>()) {
   // At start, not at the first traced step after minutes of training.
-  if (options_.enable_profiling) {
-    std::error_code ec;
-    std::filesystem::create_directories(folder_, ec);
-    TITAN_CONFIG_CHECK(!ec, "profiling.save_traces_folder ", folder_, ": cannot be created (", ec.message(), ")");
-  }
+  if (options_.enable_profiling) create_folder_for("profiling.save_traces_folder", folder_);
 }
 
 StepProfiler::~StepProfiler() {

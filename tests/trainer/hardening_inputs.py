@@ -146,5 +146,9 @@ def bad_inputs(w, config, tiny):
         ("sim chip file bad", sim + ["--simulation.chip_file", f["chip"]], "chip.toml"),
         ("sim bad topology", sim + ["--simulation.topology", "moebius"], "moebius"),
         ("sim bad execution", sim + ["--simulation.execution", "telepathy"], "simulation.execution"),
+        ("sim dump folder cannot be created", sim + ["--job.dump_folder", "/proc/titan-none/sim"], "job.dump_folder"),
+        ("sim traces folder cannot be created", sim + ["--profiling.enable_profiling", "true",
+                                                       "--profiling.save_traces_folder", "/proc/titan-none/tr"],
+         "profiling.save_traces_folder"),
         ("sim tp beyond chips", sim + ["--parallelism.tensor_parallel_degree", "16"], "tensor_parallel"),
     ]

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "trainer/config/config_folders.h"
 
 namespace titan {
 
@@ -46,9 +47,7 @@ HostMemory host_memory() {
 
 MetricsLogger::MetricsLogger(const std::string& dump_folder, bool writer, bool append) : writer_(writer) {
   if (!writer_) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dump_folder, ec);
-  TITAN_CONFIG_CHECK(!ec, "job.dump_folder ", dump_folder, ": cannot be created (", ec.message(), ")");
+  create_folder_for("job.dump_folder", dump_folder);
   const std::string path = dump_folder + "/metrics.jsonl";
   jsonl_.open(path, append ? std::ios::app : std::ios::trunc);
   TITAN_CHECK(jsonl_.good(), "cannot write metrics file ", path);

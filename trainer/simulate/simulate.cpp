@@ -16,6 +16,7 @@
 
 #include "collectives/world.h"
 #include "common/error.h"
+#include "trainer/config/config_folders.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/model/model.h"
 #include "common/model_args.h"
@@ -354,10 +355,12 @@ std::string to_json(const SimulationResult& r) {
 }
 
 void run_simulation(const JobConfig& cfg) {
+  // Before the simulation, which takes seconds to minutes on a large model.
+  create_folder_for("job.dump_folder", cfg.job.dump_folder);
+  if (cfg.profiling.enable_profiling) create_folder_for("profiling.save_traces_folder", traces_folder(cfg));
   RecordedStep rec;  // kept for the Chrome trace below (one recording, not two)
   SimulationResult r = simulate(cfg, /*other_mode=*/true, cfg.profiling.enable_profiling ? &rec : nullptr);
   std::cout << format_report(r) << std::flush;
-  std::filesystem::create_directories(cfg.job.dump_folder);
   const std::string path = cfg.job.dump_folder + "/simulation.json";
   std::ofstream f(path);
   TITAN_CHECK(f.good(), "cannot write ", path);
