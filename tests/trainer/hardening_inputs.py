@@ -99,6 +99,10 @@ def bad_inputs(w, config, tiny):
         # parallelism and sizes
         ("tp 3 on 1 rank", c + ["--parallelism.tensor_parallel_degree", "3"], "tensor_parallel"),
         ("dp shard 2 on 1 rank", c + ["--parallelism.data_parallel_shard_degree", "2"], "world"),
+        ("pipeline layers per stage 0", c + ["--parallelism.pipeline_parallel_layers_per_stage", "0"],
+         "pipeline_parallel_layers_per_stage"),
+        ("pipeline schedule csv without pipeline", c + ["--parallelism.pipeline_parallel_schedule_csv",
+                                                        os.path.join(w, "none.csv")], "pipeline_parallel_degree is 1"),
         ("context parallel", c + ["--parallelism.context_parallel_degree", "2"], "context"),
         ("huge batch", c + ["--training.local_batch_size", "1000000000"], "training.local_batch_size"),
         ("huge seq_len", c + ["--training.seq_len", "100000000"], "training.seq_len"),

@@ -51,6 +51,14 @@ void validate(const JobConfig& c) {
   }
   TITAN_CONFIG_CHECK(c.parallelism.data_parallel_shard_degree != 0,
                      "parallelism.data_parallel_shard_degree must be -1 or >= 1, got 0");
+  // 0 ran as -1 (one stage per rank) without a word.
+  TITAN_CONFIG_CHECK(c.parallelism.pipeline_parallel_layers_per_stage != 0,
+                     "parallelism.pipeline_parallel_layers_per_stage must be -1 (one stage per rank) or >= 1, got 0");
+  // As with dataset_path below: a file that would be ignored (not even read) is refused.
+  TITAN_CONFIG_CHECK(c.parallelism.pipeline_parallel_schedule_csv.empty() ||
+                         c.parallelism.pipeline_parallel_degree > 1,
+                     "parallelism.pipeline_parallel_schedule_csv is set (", c.parallelism.pipeline_parallel_schedule_csv,
+                     ") but parallelism.pipeline_parallel_degree is 1: the schedule would be ignored");
   TITAN_CONFIG_CHECK(c.optimizer.beta1 < 1 && c.optimizer.beta2 < 1, "optimizer betas must be < 1");
   // The dataset key chooses where text comes from; a path that would be ignored is refused.
   if (t.dataset == DatasetKind::kText) {
