@@ -118,6 +118,7 @@ def bad_inputs(w, config, tiny):
          "profiling.save_traces_folder"),
         ("checkpoint interval 0", c + ck("ck0") + ["--checkpoint.interval", "0"], "checkpoint.interval"),
         ("exclude unknown part", c + ck("ck1") + ["--checkpoint.exclude_from_loading", "[\"brain\"]"], "brain"),
+        ("load_step without checkpoint.enable", c + ["--checkpoint.load_step", "2"], "checkpoint.enable"),
         ("load_step missing", c + ck("ck2") + ["--checkpoint.load_step", "7"], "step-7"),
         ("load_step without rank file", c + ck("ckpt_missing") + ["--checkpoint.load_step", "1"], "rank-00000.h5"),
         ("load_step torn marker", c + ck("ckpt_badmarker") + ["--checkpoint.load_step", "1"], "COMPLETE"),

@@ -54,6 +54,10 @@ void validate(const JobConfig& c) {
   // 0 ran as -1 (one stage per rank) without a word.
   TITAN_CONFIG_CHECK(c.parallelism.pipeline_parallel_layers_per_stage != 0,
                      "parallelism.pipeline_parallel_layers_per_stage must be -1 (one stage per rank) or >= 1, got 0");
+  // Resuming reads checkpoint.folder only with checkpoints on: else a fresh run would start
+  // where a resume of that step was asked for.
+  TITAN_CONFIG_CHECK(c.checkpoint.load_step < 0 || c.checkpoint.enable, "checkpoint.load_step = ",
+                     c.checkpoint.load_step, " needs checkpoint.enable = true (without it nothing is loaded)");
   // As with dataset_path below: a file that would be ignored (not even read) is refused.
   TITAN_CONFIG_CHECK(c.parallelism.pipeline_parallel_schedule_csv.empty() ||
                          c.parallelism.pipeline_parallel_degree > 1,
