@@ -300,8 +300,10 @@ def scenario_write_failure(args):
     for mode in ("disabled", "async"):
         dump = fresh(args, "write_failure_" + mode)
         # gloo: Open MPI's singleton start-up cannot write its own store under the limit.
-        cmd = [args.titan_train, "--config", CONFIG, "--job.dump_folder", dump, "--training.steps", "3",
-               "--checkpoint.enable", "true", "--checkpoint.interval", "1", "--checkpoint.async_mode", mode,
+        # A save every 20 steps: the async one that fails at step 20 must stop the job at a
+        # step end soon after (its write fails within milliseconds), not at the next save.
+        cmd = [args.titan_train, "--config", CONFIG, "--job.dump_folder", dump, "--training.steps", "100",
+               "--checkpoint.enable", "true", "--checkpoint.interval", "20", "--checkpoint.async_mode", mode,
                "--comm.backend", "gloo"] + TINY
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, preexec_fn=file_size_limit)
         out = p.stdout + p.stderr
@@ -312,7 +314,10 @@ def scenario_write_failure(args):
             fail(f"{mode}: no line names the rank file and the OS reason\n{out[-2000:]}")
         if "Segmentation" in out or "signal" in out:
             fail(f"{mode}: a crash after the error\n{out[-2000:]}")
-        print(f"ok: {mode}: exit 1: {line[:200]}")
+        steps = len(losses(dump))
+        if steps >= 39:
+            fail(f"{mode}: the save of step 20 failed but {steps} steps were logged (reported at the next save?)")
+        print(f"ok: {mode}: exit 1 after {steps} logged steps: {line[:200]}")
     # A checkpoint at step 4 resumed by a 3-step config: nothing would train.
     dump = fresh(args, "past_the_end")
     base = [args.titan_train, "--config", CONFIG, "--job.dump_folder", dump, "--checkpoint.enable", "true",

@@ -91,12 +91,14 @@ void Checkpointer::wait() {
   if (writer_error_) {
     auto e = writer_error_;
     writer_error_ = nullptr;
+    writer_failed_.store(false, std::memory_order_relaxed);
     std::rethrow_exception(e);
   }
 }
 
 bool Checkpointer::after_step(int64_t step, int64_t last_step) {
   if (!enabled()) return false;
+  if (writer_failed_.load(std::memory_order_acquire)) wait();  // rethrows the background save's error
   const auto& c = trainer_.config().checkpoint;
   if (step == last_step) {
     save(step, c.last_save_model_only);
@@ -217,6 +219,7 @@ void Checkpointer::save(int64_t step, bool model_only) {
         run(stats.get());
       } catch (...) {
         writer_error_ = std::current_exception();
+        writer_failed_.store(true, std::memory_order_release);
       }
     });
     last_.stall_s = now_s() - t0;

@@ -5,6 +5,7 @@
 // (trainer/train.cpp), the tests and the benchmark.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -81,6 +82,9 @@ class Checkpointer {
   std::string folder_;
   std::thread writer_;
   std::exception_ptr writer_error_;
+  // Set by the writer when its save failed: after_step() reports it at the next step end
+  // instead of at the next save, which may be checkpoint.interval steps (hours) later.
+  std::atomic<bool> writer_failed_{false};
   SaveStats last_;
   std::shared_ptr<SaveStats> async_stats_;
   std::vector<torch::Tensor> host_buffers_;  // async copies, reused by the next save
