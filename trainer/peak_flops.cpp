@@ -9,6 +9,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/error.h"
 #include "devices/chip_catalog.h"
 #include "trainer/components/metrics.h"
 #include "trainer/simulate/simulate.h"
@@ -38,14 +39,21 @@ std::string cache_key(int threads) {
   return key;
 }
 
-double cached_probe(const std::string& path, const std::string& key) {
+// The cached figure (0 when none). *readable: false when the file exists but is not TOML, so
+// that it is not overwritten: TITAN_PEAK_CACHE may point at a file that is no cache of ours.
+double cached_probe(const std::string& path, const std::string& key, bool* readable) {
+  *readable = true;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return 0;
+  if (!fs::exists(path, ec)) return 0;
   try {
+    TITAN_CHECK(fs::is_regular_file(path, ec), "not a regular file");
     const toml::table t = toml::parse_file(path);
     return t[key].value_or(0.0);
-  } catch (const std::exception&) {
-    return 0;  // a damaged cache is measured again and rewritten
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "titan: metrics: WARNING %s is not a peak cache (%s): the sgemm probe runs and is not cached\n",
+                 path.c_str(), e.what());
+    *readable = false;
+    return 0;
   }
 }
 
@@ -55,8 +63,9 @@ bool store_probe(const std::string& path, const std::string& key, double flops) 
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     try {
-      t = toml::parse_file(path);
+      t = toml::parse_file(path);  // cached_probe read it; another run may have rewritten it since
     } catch (const std::exception&) {
+      return false;
     }
   }
   t.insert_or_assign(key, flops);
@@ -107,14 +116,15 @@ PeakFlops resolve_peak_flops(const JobConfig& cfg, int threads) {
     }
   }
   const std::string cache = peak_cache_path(), key = cache_key(threads);
-  if (const double f = cached_probe(cache, key); f > 0) {
+  bool readable = true;
+  if (const double f = cached_probe(cache, key, &readable); f > 0) {
     return {f, "sgemm probe cached in " + cache + " [" + key + "]", true};
   }
   // The best of several short runs: load on the host only ever lowers a run's rate.
   double best = 0;
   for (int i = 0; i < 6; ++i) best = std::max(best, measure_peak_flops());
   // The log line must not claim a cache that a read-only or missing folder did not take.
-  const bool cached = store_probe(cache, key, best);
+  const bool cached = readable && store_probe(cache, key, best);
   const std::string where = cached ? "now cached in " + cache
                                    : "not cached (cannot write " + cache + "; set TITAN_PEAK_CACHE or metrics.peak_flops)";
   return {best, "sgemm probe, best of 6 x 0.25 s, " + where, true};

@@ -192,8 +192,15 @@ def scenario_mfu(args):
     peak3 = next((l for l in out.splitlines() if "MFU peak" in l), "")
     if code != 0 or "not cached (cannot write /proc/titan-none/peak.toml" not in peak3:
         fail(f"an unwritable cache must be named as not written ({code}): {peak3}\n{out[-2000:]}")
+    # A cache path at a file that is not TOML (a user's file): warned about and left as it is.
+    foreign = os.path.join(dump, "notes.txt")
+    with open(foreign, "w") as f:
+        f.write("my notes {{\n")
+    code, out = run(args, cmd, env=dict(env, TITAN_PEAK_CACHE=foreign))
+    if code != 0 or "is not a peak cache" not in out or open(foreign).read() != "my notes {{\n":
+        fail(f"a TITAN_PEAK_CACHE that is not TOML must be warned about and kept ({code})\n{out[-2000:]}")
     print(f"ok: MFU peak probed once ({peak1} FLOP/s), reused from the cache, capped at 100 % when too low; "
-          "an unwritable cache is said to be one")
+          "an unwritable cache is said to be one; a file that is not a cache is kept")
 
 
 def _procs_with(marker):
