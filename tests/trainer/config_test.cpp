@@ -44,6 +44,22 @@ TEST(Config, LoadJobConfigParsesBothOverrideForms) {
   EXPECT_EQ(cfg.model.tokenizer_path, "byte");
 }
 
+// On the command line a list is a,b or, as in a TOML file, ["a", "b"] (which was taken as one
+// string '["a", "b"]'); a TOML list of other things is a type error.
+TEST(Config, CommandLineListsTakeBothForms) {
+  const std::vector<std::string> want = {"optimizer", "dataloader"};
+  for (const char* v : {"optimizer,dataloader", "[\"optimizer\", \"dataloader\"]", "[ 'optimizer','dataloader' ]"}) {
+    JobConfig cfg;
+    apply_override(cfg, "checkpoint.exclude_from_loading", v);
+    EXPECT_EQ(cfg.checkpoint.exclude_from_loading, want) << v;
+  }
+  EXPECT_NE(config_error("", {"checkpoint.exclude_from_loading", "[1, 2]"})
+                .find("invalid value [ 1, 2 ] for 'checkpoint.exclude_from_loading': expected a list of strings"),
+            std::string::npos);
+  EXPECT_NE(config_error("", {"checkpoint.exclude_from_loading", "[\"optimizer\""}).find("invalid value '[\"optimizer\"'"),
+            std::string::npos);
+}
+
 TEST(Config, IntegerAcceptedForFloatKey) {
   JobConfig cfg;
   apply_toml(cfg, "[optimizer]\nlr = 1\n", "t.toml");

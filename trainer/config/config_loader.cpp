@@ -51,7 +51,9 @@ std::string type_name(const KeySpec& s) {
     std::string operator()(int64_t*) const { return "an integer"; }
     std::string operator()(double*) const { return "a number"; }
     std::string operator()(std::string*) const { return "a string"; }
-    std::string operator()(std::vector<std::string>*) const { return "a list of strings"; }
+    std::string operator()(std::vector<std::string>*) const {
+      return "a list of strings (on the command line a,b or [\"a\", \"b\"])";
+    }
     std::string operator()(const EnumField& e) const { return "one of " + join(e.names, " | "); }
   };
   return std::visit(Visitor{}, s.field);
@@ -218,7 +220,17 @@ void set_from_text(const KeySpec& s, const std::string& v, const std::string& wh
     void operator()(double* f) const { *f = parse_number<double>(s, v, shown, where); }
     void operator()(std::string* f) const { *f = v; }
     void operator()(std::vector<std::string>* f) const {
-      std::vector<std::string> out;
+      if (!v.empty() && v.front() == '[') {  // the TOML form, as in a config file: ["a", "b"]
+        toml::table t;
+        try {
+          t = toml::parse("v = " + v);
+        } catch (const std::exception&) {
+          wrong_type(s, shown, where);
+        }
+        set_from_toml(s, *t["v"].node(), where);
+        return;
+      }
+      std::vector<std::string> out;  // else comma-separated: a,b
       std::stringstream ss(v);
       std::string item;
       while (std::getline(ss, item, ',')) {
