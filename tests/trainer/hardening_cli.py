@@ -140,6 +140,24 @@ def scenario_launchers(args):
                     cwd=caller, env={"TITAN_LAUNCH_BINARY": args.titan_train})
     if code != 0 or "my.toml" not in out:
         fail(f"titan-launch --dry-run: {code}\n{out}")
+    # Both launchers set OpenMP's wait spin unless the caller chose a wait policy (a spinning
+    # waiter starves its peer on a shared host; launch/titan-train says why).
+    env_dump = fresh(args, "launch_env")
+    os.makedirs(os.path.join(env_dump, "bin"))
+    probe = os.path.join(env_dump, "bin", "titan-train")
+    with open(probe, "w") as f:
+        f.write('#!/bin/sh\necho "spin=${GOMP_SPINCOUNT:-unset}"\n')
+    os.chmod(probe, 0o755)
+    for extra, want in (({"GOMP_SPINCOUNT": "", "OMP_WAIT_POLICY": ""}, "spin=30000"),
+                        ({"GOMP_SPINCOUNT": "7", "OMP_WAIT_POLICY": ""}, "spin=7"),
+                        ({"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": ""}, "spin=unset")):
+        code, out = run(args, [os.path.join(SRC, "launch/titan-train")], env=dict(extra, TITAN_BUILD=env_dump))
+        if code != 0 or want not in out:
+            fail(f"launch/titan-train with {extra}: exit {code}, want '{want}'\n{out}")
+    code, out = run(args, [os.path.join(SRC, "launch/titan-launch"), "-n", "2", "--dry-run", "--", "--config", "my.toml"],
+                    env={"TITAN_LAUNCH_BINARY": args.titan_train})
+    if code != 0 or "-x GOMP_SPINCOUNT" not in out:
+        fail(f"titan-launch --dry-run does not pass GOMP_SPINCOUNT to the ranks: {code}\n{out}")
     # An option given last without its value ended the script with status 1 and no message.
     for argv in (["-n"], ["-n", "2", "--backend"], ["-n", "2", "--mpi-arg"]):
         code, out = run(args, [os.path.join(SRC, "launch/titan-launch")] + argv, env={"TITAN_LAUNCH_BINARY": args.titan_train})
