@@ -7,8 +7,9 @@ scenario starts the real binary as a subprocess with a timeout.
   determinism   the debug model 4 times at once on a busy host with [debug] deterministic = true
                 and a seed: per-step losses identical bit for bit
   launchers     launch/titan-train and launch/titan-launch from another folder: relative
-                --config and dump paths are the caller's; no build when the binary exists;
-                a titan-launch option without its value is exit 2 naming it
+                --config and dump paths are the caller's; no build when the binary exists
+                (launch/titan-study neither); a titan-launch option without its value is exit
+                2 naming it; both set OpenMP's wait spin unless the caller chose one
   extend        a finished run (final save model-only) extended to more steps: resumes from
                 the last full checkpoint saying so; with none left, a clear error
   rank_killed   4 ranks through launch/titan-launch, mpi and gloo: rank 2 SIGKILLed mid-run;
@@ -136,6 +137,9 @@ def scenario_launchers(args):
         fail("launch/titan-train: the relative dump folder did not land in the caller's folder")
     if "launch/setup" in out or "Building" in out:
         fail(f"launch/titan-train built although the binary exists\n{out[-2000:]}")
+    code, out = run(args, [os.path.join(SRC, "launch/titan-study"), "--help"], cwd=caller, env=env)
+    if code != 0 or any(w in out for w in ("launch/setup", "Building", "ninja")):
+        fail(f"launch/titan-study --help: exit {code}, or it ran a build although the binary exists\n{out[-2000:]}")
     code, out = run(args, [os.path.join(SRC, "launch/titan-launch"), "-n", "1", "--dry-run", "--", "--config", "my.toml"],
                     cwd=caller, env={"TITAN_LAUNCH_BINARY": args.titan_train})
     if code != 0 or "my.toml" not in out:
