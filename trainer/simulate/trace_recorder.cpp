@@ -1,5 +1,5 @@
 // TraceRecorder (see trace_recorder.h): RecordFunction callbacks -> devices::OpDesc, sim
-// collectives -> Trace issue/wait points.
+// collectives -> Trace issue/wait points (what one aten call costs: recorded_op_desc.h).
 #include "trainer/simulate/trace_recorder.h"
 
 #include <ATen/SequenceNumber.h>
@@ -17,6 +17,7 @@
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
+#include "trainer/simulate/recorded_op_desc.h"
 #include "trainer/simulate/recorded_op_kinds.h"
 #include "trainer/simulate/storage_ids.h"
 
@@ -53,20 +54,6 @@ struct ScopeInterval {
 };
 std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
 
-int64_t tensor_bytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-int64_t ivalue_bytes(const c10::IValue& v) {
-  if (v.isTensor()) return tensor_bytes(v.toTensor());
-  if (v.isTensorList()) {
-    int64_t b = 0;
-    for (const at::Tensor& t : v.toTensorList().vec()) b += tensor_bytes(t);
-    return b;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int64_t recorded_issue_count() {
@@ -80,19 +67,6 @@ int64_t recorded_issue_count() {
 int64_t recorded_storage_id(const at::Tensor& t) { return known_storage_id(t); }
 
 namespace {
-
-void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
-  auto one = [&](const at::Tensor& t) {
-    if (const int64_t id = storage_id(t)) out->push_back({id, tensor_bytes(t)});
-  };
-  if (v.isTensor()) one(v.toTensor());
-  if (v.isTensorList())
-    for (const at::Tensor& t : v.toTensorList().vec()) one(t);
-}
-
-std::vector<int64_t> sizes_of(const c10::IValue& v) {
-  return v.isTensor() ? v.toTensor().sizes().vec() : std::vector<int64_t>{};
-}
 
 // The op as far as its inputs tell; bytes_written is filled at the end from the outputs.
 struct Frame : public at::ObserverContext {
@@ -114,69 +88,6 @@ struct Frame : public at::ObserverContext {
 };
 
 thread_local Frame* top = nullptr;
-
-OpDesc describe(const std::string& name, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes) {
-  OpDesc d;
-  d.name = name;
-  *first_bytes = in.empty() ? 0 : ivalue_bytes(in[0]);
-  auto mm_at = [&](size_t a, size_t b) {
-    auto sa = sizes_of(in[a]), sb = sizes_of(in[b]);
-    devices::MatmulShape s;
-    if (sa.size() == 3 && sb.size() == 3) {
-      s = {sa[0], sa[1], sb[2], sa[2]};
-    } else if (sa.size() == 2 && sb.size() == 2) {
-      s = {1, sa[0], sb[1], sa[1]};
-    } else {
-      return false;
-    }
-    d = devices::matmul_op(name, s, static_cast<int64_t>(in[a].toTensor().element_size()));
-    return true;
-  };
-  auto with_reads = [&](OpDesc op, size_t from) {
-    for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &op.reads);
-    return op;
-  };
-  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1))
-    return with_reads(d, 0);
-  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2))
-    return with_reads(d, 0);
-  if (view_ops().count(name)) {
-    d.kind = OpKind::kView;
-    return d;
-  }
-  int64_t read = 0;
-  for (const auto& v : in) read += ivalue_bytes(v);
-  if (name == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
-    const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
-    d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
-    d.bytes_read = ivalue_bytes(in[1]);
-    return with_reads(d, 1);
-  }
-  if (!writes_only(name)) d = with_reads(d, 0);
-  if (writes_only(name)) read = 0;
-  d.kind = reduction_ops().count(name)    ? OpKind::kReduction
-           : movement_ops().count(name) ? OpKind::kOther
-                                        : OpKind::kElementwise;
-  d.bytes_read = read;
-  return d;
-}
-
-// A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype
-// type_as, contiguous of a contiguous tensor): nothing to record.
-bool returns_an_input(const at::RecordFunction& fn) {
-  // An out= overload returns the buffer it was given, after writing it.
-  if (const auto op = fn.operator_name(); !op || op->overload_name.find("out") != std::string::npos) return false;
-  bool any = false;
-  for (const auto& o : fn.outputs()) {
-    if (!o.isTensor() || !o.toTensor().defined()) continue;
-    bool aliased = false;
-    for (const auto& i : fn.inputs())
-      aliased |= i.isTensor() && i.toTensor().defined() && o.toTensor().is_alias_of(i.toTensor());
-    if (!aliased) return false;
-    any = true;
-  }
-  return any;
-}
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
@@ -245,7 +156,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
   } else if (!f->suppressed && !f->kept && !query && name.rfind("aten::", 0) == 0) {
     f->is_op = true;
-    f->op = describe(name, fn.inputs(), &f->first_input_bytes);
+    f->op = describe_call(name, fn.inputs(), &f->first_input_bytes);
     if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
   }
   top = f.get();

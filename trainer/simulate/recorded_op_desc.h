@@ -1,0 +1,28 @@
+// One aten call as the trace recorder (trainer/simulate/trace_recorder.cpp) describes it, from
+// its inputs alone: its kind, FLOPs and bytes, and which recorded tensors it reads. Kept apart
+// from the recorder's callback state; the op-name sets it consults are recorded_op_kinds.h's.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "devices/compute_cost.h"
+
+namespace titan {
+
+// Bytes of a tensor (0 if undefined) or of a tensor list's tensors; 0 for anything else.
+int64_t tensor_bytes(const at::Tensor& t);
+int64_t ivalue_bytes(const c10::IValue& v);
+// Appends a use (storage id, bytes) per tensor in v that has storage.
+void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out);
+// The op `name` as far as its inputs tell (bytes_written is the caller's, from the outputs);
+// *first_bytes: the bytes of its first input (what an in-place op writes).
+devices::OpDesc describe_call(const std::string& name, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes);
+// A non-in-place, non-out= call all of whose outputs alias an input did no work.
+bool returns_an_input(const at::RecordFunction& fn);
+
+}  // namespace titan
