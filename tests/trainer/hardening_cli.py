@@ -145,7 +145,7 @@ def scenario_launchers(args):
     if code != 0 or "my.toml" not in out:
         fail(f"titan-launch --dry-run: {code}\n{out}")
     # Both launchers set OpenMP's wait spin unless the caller chose a wait policy (a spinning
-    # waiter starves its peer on a shared host; launch/titan-train says why).
+    # waiter starves its peer on a shared host; launch/openmp_wait.sh says why).
     env_dump = fresh(args, "launch_env")
     os.makedirs(os.path.join(env_dump, "bin"))
     probe = os.path.join(env_dump, "bin", "titan-train")
