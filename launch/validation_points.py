@@ -293,7 +293,14 @@ with open(out, "w") as f:
             "(~0.35 s with\n  TorchTitan's uncompiled loss and optimizer counted eager), against "
             "0.31 s eager: that points at\n  the part both share (matmul and attention), not at "
             "eager's memory-bound kernels.\n  On TPU v7 the whole step rests on unmeasured figures, "
-            "most of it matmuls at the clock share\n  borrowed from the H100.\n")
+            "most of it matmuls at the clock share\n  borrowed from the H100.\n"
+            "- launch/gpu_probe.py measures on one lent H100 or H200, in about a minute, what can "
+            "be measured\n  without changing a GPU setting: the SM clock and power under "
+            "sustained GEMM load, GEMM rates at\n  Llama-3.1-8B's shapes, causal SDPA (flash, "
+            "cuDNN, memory-efficient) forward and backward against\n  the GEMM, the HBM "
+            "bandwidth of TorchTitan's eager ops, and the per-kernel launch gap. Not run yet\n"
+            "  (no GPU was lent since it was written); the 500 W clock itself needs a power cap "
+            "a lent GPU may\n  not be given.\n")
 
     f.write("\n## Regimes of TorchTPU's two claims (findings, not targets)\n\n")
     f.write("Where does the model, as it is, put separate collectives at 30-40% end to end and "
