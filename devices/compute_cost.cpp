@@ -345,6 +345,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.basis = basis_of(op, kt);
       k.host_s = op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       k.ops = 1;
+      k.lead = &op.name;
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
       else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
         k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
@@ -368,6 +369,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       ++k.ops;
       if (f.kind == OpKind::kView) continue;
+      if (!k.lead) k.lead = &f.name;
       ++real_ops;
       has_reduction |= f.kind == OpKind::kReduction;
       flops += f.flops;
@@ -386,6 +388,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
     k.bytes = static_cast<int64_t>(bytes);
     k.flops = flops;
     k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
+    k.chain = real_ops > 1;
     out.push_back(k);
     i = j;
   }

@@ -102,6 +102,10 @@ struct Kernel {
   int64_t bytes = 0;     // HBM bytes it moves after fusion
   int64_t ops = 0;       // recorded ops folded into it
   CostBasis basis = CostBasis::kNone;
+  // For the report by op: the name of its op (a fused chain: its first non-view op's) and
+  // whether it fused several. Points into the ops it was lowered from.
+  const std::string* lead = nullptr;
+  bool chain = false;
 };
 
 // Per-op and per-kernel overheads of an execution mode on a chip (its [dispatch] figures; the

@@ -138,6 +138,11 @@ class Replay {
     r.collectives = collectives_;
     r.streams = s.streams;
     for (const auto& c : s.categories) r.costs.push_back({c.first, c.second});
+    for (const auto& [name, sec] : op_seconds_) r.op_costs.push_back({name, sec});
+    for (const auto& [name, sec] : chain_seconds_) r.op_costs.push_back({"fused from " + name, sec});
+    std::sort(r.op_costs.begin(), r.op_costs.end(), [](const CostItem& a, const CostItem& b) {
+      return a.seconds != b.seconds ? a.seconds > b.seconds : a.category < b.category;
+    });
     if (options_.keep_events) r.events = timeline_.events();
     if (s.idle_s > 0) {
       // Device idle with nothing in flight: the host could not dispatch fast enough.
@@ -195,6 +200,7 @@ class Replay {
       t.deps.swap(next_compute_deps_);
       t.deps.push_back(last_host_);
       last_compute_ = timeline_.add(std::move(t));
+      if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[*k.lead] += k.exec_s;
       flops_ += k.flops;
       ++kernels_;
     }
@@ -282,6 +288,8 @@ class Replay {
   int64_t bucket_dep_ = -1, bucket_host_ = -1;
   double flops_ = 0;
   int64_t ops_ = 0, kernels_ = 0, collectives_ = 0;
+  // Kernel execution seconds by op name: single ops, and fused chains by their first op.
+  std::unordered_map<std::string, double> op_seconds_, chain_seconds_;
 };
 
 }  // namespace

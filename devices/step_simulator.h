@@ -116,6 +116,10 @@ struct StepReport {
   int64_t ops = 0, kernels = 0, collectives = 0;  // collectives after coalescing
   std::vector<StreamBusy> streams;
   std::vector<CostItem> costs;          // busy time per category, largest first
+  // Kernel execution time per op name (a fused chain under "fused from <its first op>"),
+  // without launch gaps or the slowdown under communication, largest first: the profiler's
+  // view of which ops the step's compute goes to. Not filled for pipeline runs.
+  std::vector<CostItem> op_costs;
   // The parts of the step the model is least sure of: seconds of the step per basis of
   // its estimate (see uncertain_share), largest first; matmuls at a measured rate and
   // communication hidden under compute are not listed.

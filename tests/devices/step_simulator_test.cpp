@@ -156,6 +156,34 @@ TEST(StepSimulator, EagerSlowerThanDeferAndFuseOnPointwiseChains) {
   EXPECT_GT(eager.step_time_s, expect_fused + 4 * 5 * 2.0 * b / hbm);
 }
 
+TEST(StepSimulator, ReportsKernelTimeByOp) {
+  ChipSpec v7 = find_chip("tpu-v7");
+  Placement p = place_on_device(v7, 4, mesh(4, 1));
+  Trace t;
+  const int64_t b = 8192LL * 4096 * 2;
+  const OpDesc mm = matmul_op("aten::mm", {1, 8192, 4096, 4096});
+  for (int layer = 0; layer < 3; ++layer) {
+    t.compute(mm);
+    t.compute(pointwise_op("aten::mul", OpKind::kElementwise, b, b));
+    t.compute(pointwise_op("aten::add", OpKind::kElementwise, 2 * b, b));
+  }
+  ComputeModel m(v7, ExecutionMode::kEager);
+  const double hbm = 7.37e12 * 0.85;
+  StepReport eager = simulate_step(t, p, v7, opts(ExecutionMode::kEager, CollectiveMode::kFused));
+  ASSERT_EQ(eager.op_costs.size(), 3u);
+  EXPECT_EQ(eager.op_costs[0].category, "aten::mm");
+  EXPECT_NEAR(eager.op_costs[0].seconds, 3 * m.roofline_s(mm), 1e-12);
+  EXPECT_EQ(eager.op_costs[1].category, "aten::add");
+  EXPECT_NEAR(eager.op_costs[1].seconds, 3 * 3.0 * b / hbm, 1e-12);
+  EXPECT_EQ(eager.op_costs[2].category, "aten::mul");
+  EXPECT_NEAR(eager.op_costs[2].seconds, 3 * 2.0 * b / hbm, 1e-12);
+  // Fused, each layer's mul and add are one kernel, named by its first op.
+  StepReport fused = simulate_step(t, p, v7, opts(ExecutionMode::kDeferAndFuse, CollectiveMode::kFused));
+  ASSERT_EQ(fused.op_costs.size(), 2u);
+  EXPECT_EQ(fused.op_costs[1].category, "fused from aten::mul");
+  EXPECT_LT(fused.op_costs[1].seconds, eager.op_costs[1].seconds + eager.op_costs[2].seconds);
+}
+
 TEST(StepSimulator, HostBoundEagerShowsDispatchIdle) {
   ChipSpec h100 = find_chip("h100");
   Placement p = place_on_device(h100, 1, mesh(1, 1));

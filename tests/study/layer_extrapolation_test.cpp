@@ -57,6 +57,7 @@ void expect_same_result(const Point& full, const Point& x, const std::string& la
   const double step = ra.step_time_s;
   expect_same_items(ra.costs, rb.costs, "cost", step);
   expect_same_items(ra.uncertain, rb.uncertain, "unmeasured basis", step);
+  expect_same_items(ra.op_costs, rb.op_costs, "op", step);
   expect_same_items(a.exposed_comm_by_kind, b.exposed_comm_by_kind, "exposed", step);
   ASSERT_EQ(ra.streams.size(), rb.streams.size());
   for (size_t i = 0; i < ra.streams.size(); ++i) {

@@ -122,6 +122,17 @@ TEST(Simulate, ReportAndJsonCarryTheRequiredFields) {
   EXPECT_EQ(parsed["uncertain"][0]["basis"], r.report.uncertain[0].category);
   EXPECT_NEAR(parsed["uncertain"][0]["share_of_step"].get<double>(),
               r.report.uncertain[0].seconds / r.report.step_time_s, 1e-12);
+  // Kernel time by op: the matmuls lead this step; the ops' times add up to the compute
+  // stream's busy time less launch gaps and the slowdown under communication.
+  ASSERT_FALSE(r.report.op_costs.empty());
+  EXPECT_EQ(r.report.op_costs[0].category, "aten::mm");
+  double by_op = 0;
+  for (const auto& c : r.report.op_costs) by_op += c.seconds;
+  EXPECT_LE(by_op, r.report.compute_s * (1 + 1e-12));
+  EXPECT_GT(by_op, 0.8 * r.report.compute_s);
+  EXPECT_NE(format_report(r).find("largest ops     aten::mm"), std::string::npos);
+  ASSERT_EQ(parsed["op_costs"].size(), r.report.op_costs.size());
+  EXPECT_EQ(parsed["op_costs"][0]["op"], "aten::mm");
 }
 
 void expect_config_error(const std::vector<std::string>& extra, const std::string& needle) {

@@ -142,6 +142,22 @@ std::vector<devices::CostItem> extrapolate_items(Fit& fit, const std::string& wh
   return list;
 }
 
+// Report-only items (time by op name) extended by the last two samples' difference, without
+// a say in whether the fit holds: an op absent from the shallower sample keeps its value.
+std::vector<devices::CostItem> extend_report_items(int64_t ahead, const std::vector<devices::CostItem>& ib,
+                                                   const std::vector<devices::CostItem>& ic) {
+  std::map<std::string, double> b;
+  for (const auto& it : ib) b[it.category] += it.seconds;
+  std::vector<devices::CostItem> list;
+  for (const auto& it : ic) {
+    const auto at = b.find(it.category);
+    const double d = at == b.end() ? 0.0 : it.seconds - at->second;
+    list.push_back({it.category, std::max(0.0, it.seconds + static_cast<double>(ahead) * d)});
+  }
+  std::stable_sort(list.begin(), list.end(), [](const auto& p, const auto& q) { return p.seconds > q.seconds; });
+  return list;
+}
+
 // One replay's report extended: times, counts, streams and costs by category.
 devices::StepReport extrapolate_report(Fit& fit, const devices::StepReport& ra, const devices::StepReport& rb,
                                        const devices::StepReport& rc) {
@@ -170,6 +186,7 @@ devices::StepReport extrapolate_report(Fit& fit, const devices::StepReport& ra, 
   }
   r.costs = extrapolate_items(fit, "cost", ra.costs, rb.costs, rc.costs, step);
   r.uncertain = extrapolate_items(fit, "unmeasured basis", ra.uncertain, rb.uncertain, rc.uncertain, step);
+  r.op_costs = extend_report_items(fit.ahead(), rb.op_costs, rc.op_costs);
   return r;
 }
 

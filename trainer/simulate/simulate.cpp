@@ -280,6 +280,12 @@ std::string format_report(const SimulationResult& r) {
   for (size_t i = 0; i < s.costs.size() && i < 3; ++i)
     os << (i ? ", " : " ") << s.costs[i].category << " " << std::setprecision(4) << s.costs[i].seconds << " s";
   os << "\n";
+  if (!s.op_costs.empty()) {
+    os << "  largest ops    ";
+    for (size_t i = 0; i < s.op_costs.size() && i < 4; ++i)
+      os << (i ? ", " : " ") << s.op_costs[i].category << " " << std::setprecision(4) << s.op_costs[i].seconds << " s";
+    os << "\n";
+  }
   // What the figures above rest on where nothing was measured (StepReport::uncertain).
   os << "  least sure of   " << std::setprecision(1) << 100.0 * devices::uncertain_share(s)
      << " % of the step rests on unmeasured figures" << (s.uncertain.empty() ? "" : ":") << "\n";
@@ -326,6 +332,9 @@ std::string to_json(const SimulationResult& r) {
   nlohmann::json costs = nlohmann::json::array();
   for (const auto& c : s.costs) costs.push_back({{"category", c.category}, {"seconds", c.seconds}});
   j["costs"] = costs;
+  nlohmann::json op_costs = nlohmann::json::array();
+  for (const auto& c : s.op_costs) op_costs.push_back({{"op", c.category}, {"seconds", c.seconds}});
+  j["op_costs"] = op_costs;
   nlohmann::json exposed = nlohmann::json::array();
   for (const auto& c : r.exposed_comm_by_kind) exposed.push_back({{"kind", c.category}, {"seconds", c.seconds}});
   j["exposed_comm_by_kind"] = exposed;
