@@ -70,13 +70,16 @@ void WeightGradStore::defer(const torch::Tensor& weight, const torch::Tensor& in
 void WeightGradStore::flush(int stage, int microbatch) {
   auto it = entries_.find({stage, microbatch});
   if (it == entries_.end()) return;  // a stage without linear layers (embedding only) defers nothing
-  std::vector<torch::Tensor> weights, grads;
-  for (const Entry& e : it->second) {
-    weights.push_back(e.weight);
-    grads.push_back(weight_grad(e.input, e.grad_output));
-  }
+  std::vector<Entry> entries = std::move(it->second);
   entries_.erase(it);
-  torch::autograd::backward(weights, grads);
+  // One weight at a time, each gradient dropped once autograd has taken it (with its inputs):
+  // computing them all before one backward held every weight gradient of the stage until
+  // the last was passed on, beside the copies autograd hands on (FSDP's gradient buffers).
+  for (Entry& e : entries) {
+    torch::Tensor g = weight_grad(e.input, e.grad_output);
+    e.input = e.grad_output = torch::Tensor();
+    torch::autograd::backward({e.weight}, {g});
+  }
 }
 
 size_t WeightGradStore::pending() const {
