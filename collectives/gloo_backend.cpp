@@ -190,8 +190,14 @@ class GlooBackend : public Backend {
       : options_(options), env_(detect_launch_env()), generation_(g_world_generation++) {
     if (env_.size == 1) return;  // no peers: no device, no store
     plan_ = plan_gloo_rendezvous(options_, env_);
-    if (plan_.owns_dir) remove_on_abort(plan_.dir);
-    store_ = open_gloo_store(plan_, options_, env_);
+    if (plan_.owns_dir) {
+      remove_on_abort(plan_.dir);
+      watch_stop_signals_for_cleanup();
+    }
+    {
+      RendezvousScope waiting(env_.rank);  // a stop signal from here on removes the folder (abort_cleanup.h)
+      store_ = open_gloo_store(plan_, options_, env_);
+    }
     gloo::transport::tcp::attr attr;
     if (const char* ifname = std::getenv("TITAN_GLOO_IFNAME"); ifname && *ifname) {
       attr.iface = ifname;
@@ -246,6 +252,7 @@ class GlooBackend : public Backend {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
     ctx->setTimeout(to_ms(options_.init_timeout_seconds));
     try {
+      RendezvousScope waiting(env_.rank);
       gloo::rendezvous::PrefixStore store(prefix.str(), *store_);
       ctx->connectFullMesh(store, device_);
     } catch (const std::exception& e) {

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <set>
 #include <sstream>
 
 namespace titan {
@@ -21,10 +19,6 @@ std::mutex& hook_mutex() {
 std::function<void(int)>& hook() {
   static std::function<void(int)> h;
   return h;
-}
-std::multiset<std::string>& abort_dirs() {
-  static std::multiset<std::string> dirs;
-  return dirs;
 }
 }  // namespace
 
@@ -42,21 +36,14 @@ void set_job_abort_hook(std::function<void(int)> h) {
   hook() = std::move(h);
 }
 
-void remove_on_abort(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  abort_dirs().insert(dir);
-}
-
-void keep_on_abort(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(hook_mutex());
-  auto it = abort_dirs().find(dir);
-  if (it != abort_dirs().end()) abort_dirs().erase(it);
-}
-
 void abort_job(const std::string& message) { abort_job_with_status(message, kCommFailureExitCode); }
 
 void abort_job_with_status(const std::string& message, int exit_code) {
   std::fprintf(stderr, "titan: %s\n", message.c_str());
+  end_job(exit_code);
+}
+
+void end_job(int exit_code) {
   std::fflush(stderr);
   std::fflush(stdout);
   // Whatever the hook does, this process is gone a few seconds later: a hook that hangs
@@ -69,13 +56,10 @@ void abort_job_with_status(const std::string& message, int exit_code) {
   {
     std::lock_guard<std::mutex> lock(hook_mutex());
     h = hook();
-    // Every rank that fails removes them: the first one to go may be any rank, and the
-    // others may be killed by the launcher before they get here.
-    for (const std::string& dir : abort_dirs()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
   }
+  // Every rank that fails removes them: the first one to go may be any rank, and the
+  // others may be killed by the launcher before they get here.
+  remove_abort_dirs();
   if (h) h(exit_code);
   _exit(exit_code);
 }

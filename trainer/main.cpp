@@ -43,9 +43,10 @@ std::string rank_prefix() {
 
 // A config error on one rank of many (a dataset path only that host lacks) ends the job now
 // with status 2: returning would finalize MPI, and mpirun would leave the other ranks in
-// their next collective until its timeout.
+// their next collective until its timeout. The same mistake on every rank (one config file
+// for all) is printed once, by rank 0.
 [[noreturn]] void fail_config(const std::string& message) {
-  if (launched_with_peers()) titan::abort_job_with_status(rank_prefix() + message, 2);
+  if (launched_with_peers()) titan::abort_job_agreeing(rank_prefix(), message, 2);
   std::cerr << "titan-train: " << message << std::endl;
   std::exit(2);
 }

@@ -5,12 +5,16 @@
 #include <csignal>
 #include <cstring>
 
+#include "collectives/abort_cleanup.h"
+
 namespace titan {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
 void on_signal(int signo) {
+  // A rank waiting in the gloo rendezvous ends here, removing the folder (abort_cleanup.h).
+  titan::stop_signal_in_rendezvous(signo);
   if (g_signal != 0) {
     // Second signal: the user does not want to wait for the step or the save to finish.
     // Only async-signal-safe calls here.
