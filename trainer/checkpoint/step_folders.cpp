@@ -20,6 +20,24 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// An old step beyond keep_latest_k. Its marker goes first, so that a removal that stops half
+// way (a file the OS will not delete) leaves a folder that resume skips, never one that looks
+// complete but lacks rank files. A removal that fails is a warning, not an error: the new
+// checkpoint is committed, and ending the run over an old one (it used to, exit 1) would
+// throw away the training since the last save.
+void prune_step_folder(const std::string& path) {
+  std::error_code ec;
+  fs::remove(fs::path(path) / "COMPLETE", ec);
+  if (!ec) fs::remove_all(path, ec);
+  if (!ec) return;
+  std::fprintf(stderr,
+               "titan: checkpoint: WARNING cannot remove old checkpoint %s (checkpoint.keep_latest_k): %s; %s, "
+               "training goes on\n",
+               path.c_str(), ec.message().c_str(),
+               fs::exists(fs::path(path) / "COMPLETE") ? "it stays loadable" : "what is left is no longer loaded");
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 std::string rank_file(int64_t r) {
@@ -153,7 +171,7 @@ void commit_step_folder(const StepCommit& job) {
     int64_t kept = 0;
     for (auto& s : list_step_folders(job.folder)) {
       if (!s.complete || is_model_only(s.path)) continue;  // exports are neither counted nor pruned
-      if (++kept > job.keep_latest_k) fs::remove_all(s.path);
+      if (++kept > job.keep_latest_k) prune_step_folder(s.path);
     }
   }
 }
