@@ -2,6 +2,9 @@
 // computation; run under mpirun with 2 and 4 ranks for each backend (mpi_tests.cmake).
 #include <torch/torch.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/error.h"
 #include "tests/collectives/multirank_main.h"
 
@@ -212,16 +215,38 @@ TEST(Collectives, SmallAndLargeAllReducePathsAgreeBitwise) {
   EXPECT_TRUE(torch::equal(whole, torch::cat(pieces)));
 }
 
+// The last rank issues its all_reduce late. In fused mode the others' issuing call returns
+// at once, with the Work not done until the peer arrives; in separate mode the call itself
+// blocks until then and returns a completed Work. (Checking is_done() after wait() could not
+// tell a synchronous fused mode from an asynchronous one.) Margins are wide for a loaded
+// host: the peer is 500 ms late, a free issue takes microseconds.
 TEST(Collectives, FusedOpsRunAsynchronously) {
-  auto& comm = world("fused").comm();
-  auto t = torch::ones({1 << 20});
-  auto w = comm->all_reduce(t);
-  // The issuing thread is free right away; the Work completes in the background.
-  w->wait();
-  EXPECT_TRUE(w->is_done());
-  EXPECT_EQ(t[0].item<float>(), static_cast<float>(comm->size()));
-  auto& sep = world("separate").comm();
-  EXPECT_TRUE(sep->all_reduce(t)->is_done());
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  for (const std::string mode : {"fused", "separate"}) {
+    auto& comm = world(mode).comm();
+    const bool late = comm->rank() == comm->size() - 1;
+    comm->barrier()->wait();
+    auto t = torch::ones({1 << 16});
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto start = Clock::now();
+    auto w = comm->all_reduce(t);
+    const double issue_s = since(start);
+    const bool done_at_issue = w->is_done();
+    w->wait();
+    const double done_s = since(start);
+    EXPECT_TRUE(w->is_done()) << mode;
+    EXPECT_EQ(t[0].item<float>(), static_cast<float>(comm->size())) << mode;
+    if (late) continue;
+    if (mode == "fused") {
+      EXPECT_LT(issue_s, 0.15) << "fused all_reduce blocked the issuing thread for " << issue_s << " s";
+      EXPECT_FALSE(done_at_issue) << "fused all_reduce done at issue although a peer had not issued yet";
+      EXPECT_GT(done_s, 0.25) << "wait() returned before the late peer issued";
+    } else {
+      EXPECT_GT(issue_s, 0.25) << "separate all_reduce returned before the late peer issued";
+      EXPECT_TRUE(done_at_issue) << "separate mode returns a completed Work";
+    }
+  }
 }
 
 TEST(Collectives, WrongSizesFailAtIssueWithAClearMessage) {
