@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "devices/fused_ops.h"
+#include "devices/trace_memory.h"
 #include "trainer/components/optimizer.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
@@ -127,6 +128,28 @@ TEST(FusedRecording, RmsNormIsOneOpWithTheKernelsBytesAndFlops) {
   EXPECT_DOUBLE_EQ(b.flops, 10.0 * 192);
   for (const char* composite : {"aten::pow", "aten::rsqrt", "aten::mean", "aten::mul"})
     EXPECT_EQ(rec.op_counts().count(composite), 0u) << composite;
+}
+
+// The memory walk names the kernel that made each tensor: a kernel scope's output and the
+// gradients of its backward are the kernel's writes (before, a scope recorded none, and its
+// tensors were charged to the next op that touched them: the norm's output to the linear
+// reading it, the linear's input gradient to the norm's backward, after the peak).
+TEST(FusedRecording, MemoryPeakNamesTheKernelsThatMadeItsTensors) {
+  constexpr int64_t rows = 64, dim = 1024;
+  RMSNorm norm(dim, 1e-6, kMeta);
+  Linear lin(dim, 2, kMeta);
+  auto x = torch::empty({rows, dim}, kMeta);
+  TraceRecorder rec(RecordOptions(false, true));
+  lin(norm(x)).sum().backward();
+  const devices::StepMemory memory = devices::trace_memory(rec.finish());
+  const devices::TraceMemory& m = memory.eager();
+  // The peak is the linear's weight gradient: the norm's output (saved for it) and the
+  // gradient of that output (the linear's input gradient, for the norm's backward) are live.
+  const int64_t activation = rows * dim * 4;
+  std::map<std::string, int64_t> by(m.peak_by_op.begin(), m.peak_by_op.end());
+  EXPECT_EQ(by["titan::rms_norm"], activation);
+  EXPECT_EQ(by["titan::linear_input_grad"], activation);
+  EXPECT_LT(m.peak_temporaries, 2 * activation + 4096);
 }
 
 // Forward and backward of a 2-layer model on the meta device (or for real on the CPU).

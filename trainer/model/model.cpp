@@ -232,6 +232,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
             });
           });
     }
+    // The output, as the recorder's flash kernel writes it (the memory walk names it its maker).
+    if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{attn});
   }
   auto out = attn.transpose(1, 2).reshape({B, S, H * head_dim});
   return wo(out);

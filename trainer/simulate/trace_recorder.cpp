@@ -6,6 +6,7 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -82,6 +83,9 @@ struct Frame : public at::ObserverContext {
   uint64_t thread = 0;
   int64_t seq_lo = 0;
   std::vector<OpDesc> kernel_forward, kernel_backward;  // what the scope's kernel runs
+  // A backward node that runs its scope's kernel: kernel_backward is emitted when it returns,
+  // with the gradients its stand-in made (kFusedKernelGradsScope) as the ops' writes.
+  bool emits_backward = false;
   OpDesc op;
   int64_t first_input_bytes = 0;
   std::vector<devices::TensorUse> first_input;  // what an in-place op writes
@@ -148,9 +152,11 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       if (it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second.hi) {
         f->suppress_children = true;
         if (!it->second.backward_emitted && active) {
-          // The first of the scope's backward nodes autograd reaches runs the whole kernel.
+          // The first of the scope's backward nodes autograd reaches runs the whole kernel
+          // (recorded when the node returns: nothing inside it is, the kernel's gradients are).
           it->second.backward_emitted = true;
-          for (const OpDesc& d : it->second.backward) active->add_compute(d);
+          f->kernel_backward = it->second.backward;
+          f->emits_backward = true;
         }
       }
     }
@@ -180,10 +186,30 @@ void add_uses_of_outputs(const at::RecordFunction& fn, std::vector<devices::Tens
   for (const auto& v : fn.outputs()) add_uses(v, out);
 }
 
+// A stand-in backward's gradients (kFusedKernelGradsScope's outputs) become the writes of the
+// kernel backward its node runs: the k-th gradient made is written by the k-th of the kernel's
+// backward ops (a linear's input, then weight gradient), the rest by its last op.
+void add_kernel_grads(const at::RecordFunction& fn, Frame* node) {
+  while (node && !node->emits_backward) node = node->parent;
+  if (!node || node->kernel_backward.empty()) return;
+  size_t k = 0;
+  for (const auto& v : fn.outputs()) {
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    add_uses(v, &node->kernel_backward[std::min(k++, node->kernel_backward.size() - 1)].writes);
+  }
+}
+
 void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto* f = static_cast<Frame*>(ctx);
   if (!f) return;
   top = f->parent;
+  if (f->emits_backward) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (active)
+      for (const OpDesc& d : f->kernel_backward) active->add_compute(d);
+    return;
+  }
+  if (std::strcmp(fn.name(), kFusedKernelGradsScope) == 0) return add_kernel_grads(fn, f->parent);
   if (f->kernel) {
     if (!f->kernel_forward.empty()) add_uses_of_outputs(fn, &f->kernel_forward.back().writes);
     std::lock_guard<std::mutex> lock(mu);

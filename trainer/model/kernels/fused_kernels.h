@@ -38,6 +38,10 @@ constexpr const char* kFusedSwigluScope = "titan::fused_swiglu";
 constexpr const char* kFusedRopeScope = "titan::fused_rope";
 constexpr const char* kFusedCrossEntropyScope = "titan::fused_cross_entropy";
 constexpr const char* kFusedAttentionScope = "titan::fused_attention";
+// Inside a stand-in's backward (meta_kernel.h): the gradients it returns as the scope's
+// outputs, so that the recorder names the kernel's backward as their maker (autograd tells
+// observers a node's inputs, not what it returns).
+constexpr const char* kFusedKernelGradsScope = "titan::fused_kernel_grads";
 // The optimizer's flat passes (trainer/components/optimizer.cpp); inputs: the element count
 // and the element size in bytes (ints).
 constexpr const char* kFusedAdamwScope = "titan::fused_adamw";
