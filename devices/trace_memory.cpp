@@ -14,6 +14,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   struct Seen {
     int64_t first = -1, last = -1, bytes = 0;
     const std::string* maker = nullptr;
+    bool maker_writes = false;  // maker: the first op that wrote it with data, not a view or an allocation
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
@@ -43,6 +44,9 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
           if (i >= seen.size()) seen.resize(i + 1);  // not in the table: sized by its largest use
           Seen& s = seen[i];
           if (s.first < 0) s.first = at, s.maker = &e.op.name;
+          // Named after the op that put data in it: a cast or copy, not the allocation inside
+          // it (aten::empty_strided) or a view of it.
+          if (!s.maker_writes && uses == &e.op.writes && e.op.kind != OpKind::kView) s.maker = &e.op.name, s.maker_writes = true;
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
         }

@@ -39,6 +39,25 @@ TEST(TraceMemory, TemporariesLiveFromFirstToLastUse) {
   EXPECT_EQ(m.peak_by_op[1], std::make_pair(std::string("aten::silu"), int64_t{30}));
 }
 
+TEST(TraceMemory, MakerIsTheFirstOpThatWritesData) {
+  // A cast allocates its output (an allocation the recorder keeps as a metadata op) and then
+  // writes it; a view of it follows. Named after the cast's copy, not the allocation.
+  Trace t;
+  OpDesc alloc = op("aten::empty_strided", {}, {2});
+  alloc.kind = OpKind::kView;
+  t.compute(alloc);
+  t.compute(op("aten::copy_", {1}, {2}));
+  OpDesc view = op("aten::view", {}, {2});
+  view.kind = OpKind::kView;
+  t.compute(view);
+  t.compute(op("aten::mm", {2}, {}));
+  t.storages() = {{100, true}, {100, false}};
+  const TraceMemory m = trace_memory(t).eager();
+  ASSERT_EQ(m.peak_by_op.size(), 1u);
+  EXPECT_EQ(m.peak_by_op[0], std::make_pair(std::string("aten::copy_"), int64_t{100}));
+  EXPECT_EQ(m.peak_temporaries, 100);
+}
+
 TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   // Storage 1: FSDP's gathered buffer, refilled before op 1 and freed before op 3 (it was
   // empty before the step); storage 2: a temporary over ops 0-3.
