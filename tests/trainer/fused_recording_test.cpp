@@ -152,6 +152,29 @@ TEST(FusedRecording, MemoryPeakNamesTheKernelsThatMadeItsTensors) {
   EXPECT_LT(m.peak_temporaries, 2 * activation + 4096);
 }
 
+// Where attention is kept as one flash kernel over the composite ops (accelerators), the
+// gradients its backward nodes make are seen only when the next node takes them: they are
+// written by the kernel's backward op (before, by nothing: named after their first reader).
+TEST(Recording, AttentionBackwardWritesTheGradientsOfQKAndV) {
+  ModelArgs a = model_flavor("qwen3", "debugmodel");
+  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
+  a.vocab_size = 50;
+  Transformer model(a, 16, kMeta.dtype(torch::kFloat32));
+  model->set_fused_kernels(FusedKernels::all(false));
+  auto tokens = torch::empty({2, 16}, kMeta.dtype(torch::kInt64));
+  TraceRecorder rec(RecordOptions(true, false));
+  cross_entropy_sum(model->forward(tokens), tokens, 32.0, false).backward();
+  int backwards = 0;
+  for (const auto& e : rec.finish().events()) {
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name != std::string(kAttentionScope) + "_backward") continue;
+    ++backwards;
+    const int64_t q = 2 * 4 * 16 * 8 * 4, kv = 2 * 2 * 16 * 8 * 4;  // [B, H or KV, S, D] floats
+    ASSERT_EQ(e.op.writes.size(), 3u);
+    EXPECT_EQ(e.op.writes[0].bytes + e.op.writes[1].bytes + e.op.writes[2].bytes, q + 2 * kv);
+  }
+  EXPECT_EQ(backwards, 2);
+}
+
 // Forward and backward of a 2-layer model on the meta device (or for real on the CPU).
 std::map<std::string, int64_t> record_model(bool model_fused, bool recorder_fused, torch::Dtype dtype,
                                             bool meta = true) {

@@ -54,6 +54,11 @@ struct ScopeInterval {
   bool backward_emitted = false;
 };
 std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
+// The last kernel backward whose gradients its scope's nodes made out of sight (a composite
+// attention under a kept scope): compute op number and thread, -1 when none. A tensor a later
+// backward node takes that the recording never saw is one of them (add_late_write).
+int64_t unseen_grads_writer = -1;
+uint64_t unseen_grads_thread = 0;
 
 }  // namespace
 
@@ -146,11 +151,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->seq_lo = at::sequence_number::peek();
   } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION && fn.seqNr() >= 0 && !f->suppressed) {
     std::lock_guard<std::mutex> lock(mu);
+    bool inside = false;  // one of a kept scope's nodes after the first: its inputs are the kernel's own
     auto it = intervals.upper_bound({fn.forwardThreadId(), fn.seqNr()});
     if (it != intervals.begin()) {
       --it;
       if (it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second.hi) {
         f->suppress_children = true;
+        inside = it->second.backward_emitted;
         if (!it->second.backward_emitted && active) {
           // The first of the scope's backward nodes autograd reaches runs the whole kernel
           // (recorded when the node returns: nothing inside it is, the kernel's gradients are).
@@ -160,6 +167,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
         }
       }
     }
+    if (active && !inside && unseen_grads_writer >= 0 && unseen_grads_thread == fn.threadId())
+      for (const auto& v : fn.inputs())
+        if (v.isTensor() && v.toTensor().defined() && known_storage_id(v.toTensor()) == 0) {
+          std::vector<devices::TensorUse> use;
+          add_uses(v, &use);
+          for (const auto& u : use) active->add_late_write(unseen_grads_writer, u);
+        }
   } else if (!f->suppressed && !f->kept && !query && name.rfind("aten::", 0) == 0) {
     f->is_op = true;
     f->op = describe_call(name, fn.inputs(), &f->first_input_bytes);
@@ -205,8 +219,12 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   top = f->parent;
   if (f->emits_backward) {
     std::lock_guard<std::mutex> lock(mu);
-    if (active)
-      for (const OpDesc& d : f->kernel_backward) active->add_compute(d);
+    if (!active) return;
+    bool writes = false;
+    for (const OpDesc& d : f->kernel_backward) active->add_compute(d), writes |= !d.writes.empty();
+    // A stand-in named its gradients; composite nodes inside the scope made them unseen.
+    unseen_grads_writer = writes ? -1 : static_cast<int64_t>(active->trace().compute_ops()) - 1;
+    unseen_grads_thread = fn.threadId();
     return;
   }
   if (std::strcmp(fn.name(), kFusedKernelGradsScope) == 0) return add_kernel_grads(fn, f->parent);
@@ -277,6 +295,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     intervals.clear();
+    unseen_grads_writer = -1;
   }
   forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
@@ -305,9 +324,38 @@ TraceRecorder::~TraceRecorder() {
 }
 
 const devices::Trace& TraceRecorder::finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!late_writes_.empty()) {
+      // The trace again with the late writes on their ops (Trace::compute links the data flow).
+      std::stable_sort(late_writes_.begin(), late_writes_.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      devices::Trace t;
+      size_t k = 0;
+      int64_t at = 0;
+      for (const devices::TraceEvent& e : trace_.events()) {
+        if (e.type == devices::TraceEvent::Type::kIssue) {
+          t.issue(e.collective);
+        } else if (e.type == devices::TraceEvent::Type::kWait) {
+          t.wait(e.work);
+        } else {
+          devices::OpDesc op = e.op;
+          for (; k < late_writes_.size() && late_writes_[k].first == at; ++k) op.writes.push_back(late_writes_[k].second);
+          t.compute(op);
+          ++at;
+        }
+      }
+      t.storage_resizes() = std::move(trace_.storage_resizes());
+      trace_ = std::move(t);
+      late_writes_.clear();
+    }
+  }
   trace_.storages() = storage_table();
   return trace_;
 }
+
+// Called with `mu` held.
+void TraceRecorder::add_late_write(int64_t op, const devices::TensorUse& use) { late_writes_.push_back({op, use}); }
 
 // Called with `mu` held.
 void TraceRecorder::add_compute(const devices::OpDesc& op) {

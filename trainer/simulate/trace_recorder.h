@@ -69,12 +69,17 @@ class TraceRecorder {
   // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).
   void add_compute(const devices::OpDesc& op);
   void add_collective(const SimCollectiveEvent& e);
+  // Compute op number `op` (already recorded) wrote `use` too: a tensor first seen after the
+  // op that made it (a composite attention backward's gradients, seen when the next backward
+  // node takes them). No op touched it before; finish() adds it to the op.
+  void add_late_write(int64_t op, const devices::TensorUse& use);
 
  private:
   devices::Trace trace_;
   std::vector<SimCollectiveEvent> calls_;
   std::map<std::string, int64_t> op_counts_;
   std::map<int64_t, int64_t> work_of_;  // sim id -> trace work id
+  std::vector<std::pair<int64_t, devices::TensorUse>> late_writes_;
   uint64_t handle_ = 0;
 };
 
