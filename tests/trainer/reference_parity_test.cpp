@@ -47,6 +47,8 @@ void run_parity(ModelArgs a, const std::string& tag, bool fused = false) {
   auto loss = cross_entropy_sum(logits, labels, double(B * S), fused);
   loss.backward();
   const double norm = std::sqrt(local_grad_sq_norm(params));
+  // Clipping must act, or the clipped gradients compared below would not test it.
+  EXPECT_GT(norm, 1.5 * max_norm) << tag;
   clip_grads(params, norm, max_norm);
   AdamW opt(params, opt_cfg);
   opt.step(opt_cfg.lr);
