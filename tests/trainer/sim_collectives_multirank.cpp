@@ -5,8 +5,8 @@
 // (all other mesh coordinates 0) compares its own calls, sends and receives included, with
 // the simulated rank of its stage. Each representative also counts its tensor bytes over a
 // second step (TensorMemoryTracker) and checks them against the memory walk of the same config
-// recorded for the cpu device (devices/trace_memory.h): within 30%, in both collective modes
-// (in fused mode the progress thread frees reduced buffers; it reports to the issuer's tracker).
+// recorded for the cpu device (devices/trace_memory.h): within 6% in separate mode, 20% in fused
+// mode (the progress thread frees reduced buffers; it reports to the issuer's tracker).
 // Args: <collective_mode> [--section.key value ...].
 #include <mpi.h>
 
@@ -116,8 +116,12 @@ int main(int argc, char** argv) {
       const double error = predicted / static_cast<double>(std::max<int64_t>(1, tensor_peak)) - 1;
       std::printf("tensor memory: real step %.2f MB, predicted %.2f MB (state %.2f, step peak %.2f): %+.1f%%\n",
                   tensor_peak / 1e6, predicted / 1e6, m.state_bytes / 1e6, m.peak_bytes / 1e6, 100 * error);
-      if (std::abs(error) > 0.30) {
-        std::printf("MISMATCH: tensor memory off by more than 30%%\n");
+      // Seen: separate mode within 3.2% on every layout; fused mode -5% to -14.5% where FSDP
+      // reduces gradients (the real step holds more: the progress thread frees its buffers in
+      // an order the walk does not model), within 3.2% on PP 4 without FSDP.
+      const double bound = mode == "fused" ? 0.20 : 0.06;
+      if (std::abs(error) > bound) {
+        std::printf("MISMATCH: tensor memory off by more than %.0f%%\n", 100 * bound);
         failed = 1;
       }
     }
