@@ -61,8 +61,9 @@ TEST(StudySweep, ProducesExpectedRowsAndPngPlots) {
     EXPECT_EQ(p.verdict, Verdict::kOk) << p.reason;
     EXPECT_GT(p.result.mfu_percent, 0);
     const auto& b = p.breakdown;
-    EXPECT_NEAR(b.compute_s + b.exposed_comm_s + b.bubble_s + b.idle_s, p.result.report.step_time_s,
-                1e-9 + 1e-6 * p.result.report.step_time_s);
+    // idle_s is what the other parts leave of the step (breakdown_of), so the parts add up by
+    // construction; what can go wrong is parts that overrun the step (time counted twice).
+    EXPECT_LE(b.compute_s + b.exposed_comm_s + b.bubble_s, p.result.report.step_time_s * (1 + 1e-9));
     // The exposed time split by collective kind adds up to it; separate mode exposes some.
     double by_kind = 0;
     for (const auto& k : b.exposed_by_kind) by_kind += k.seconds;
