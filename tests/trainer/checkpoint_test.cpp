@@ -5,6 +5,7 @@
 // checkpoint_resume.py (mpi_tests.cmake).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -287,6 +288,17 @@ TEST(Checkpoint, AsyncSaveWritesTheStateOfItsStep) {
   for (int64_t step = 1; step <= 4; ++step) {
     s.train_step(), a.train_step();
     if (step % 2 == 0) cs.save(step, false), ca.save(step, false);  // async: training goes on
+  }
+  // The next step would update the state in place while the background write runs; whether it
+  // gets there first is a race, so the state is overwritten right away instead: the write of
+  // step 4 must still hold step 4's values (the host copies taken at save).
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < a.optimizer().params().size(); ++i) {
+      a.optimizer().params()[i].param.detach().fill_(NAN);
+      a.optimizer().states()[i].exp_avg.fill_(NAN);
+      a.optimizer().states()[i].exp_avg_sq.fill_(NAN);
+    }
   }
   ca.wait();
   for (int64_t step : {2, 4}) {
