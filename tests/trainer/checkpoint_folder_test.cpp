@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -119,6 +120,52 @@ TEST(CheckpointFolder, PruningThatFailsWarnsAndNeverLeavesACompleteStepWithoutIt
   EXPECT_NE(err.find("it stays loadable"), std::string::npos) << err;
   EXPECT_NE(err.find("cannot remove old checkpoint " + (base / "step-2").string()), std::string::npos) << err;
   EXPECT_NE(err.find("no longer loaded"), std::string::npos) << err;
+  fs::remove_all(base);
+}
+
+// Two jobs on one checkpoint folder (the same command started twice) overwrote each other's
+// step folders without a word. A second process is refused at start, naming the holder; the
+// same process may take the lock again; it is free once the holder is gone.
+TEST(CheckpointFolder, ASecondJobOnTheSameFolderIsRefused) {
+  const fs::path base = fs::temp_directory_path() / "titan_ckpt_lock";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the other job: takes the lock, says so, holds it until told to go
+    char c = 0;
+    try {
+      lock_checkpoint_folder(base.string());
+      c = 'y';
+    } catch (...) {
+      c = 'n';
+    }
+    (void)!::write(to_parent[1], &c, 1);
+    (void)!::read(to_child[0], &c, 1);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  try {
+    lock_checkpoint_folder(base.string());
+    ADD_FAILURE() << "a second process got the lock";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("checkpoint.folder " + base.string() + " is in use by another job (pid " +
+                        std::to_string(child) + " on "),
+              std::string::npos)
+        << what;
+  }
+  (void)!::write(to_child[1], "x", 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_NO_THROW(lock_checkpoint_folder(base.string()));  // the holder is gone
+  EXPECT_NO_THROW(lock_checkpoint_folder(base.string()));  // again, by the same process
   fs::remove_all(base);
 }
 

@@ -62,7 +62,10 @@ Checkpointer::Checkpointer(Trainer& trainer) : trainer_(trainer), parts_(trainin
   const auto& c = trainer_.config().checkpoint;
   folder_ = fs::path(c.folder).is_absolute() ? c.folder : (fs::path(trainer_.config().job.dump_folder) / c.folder).string();
   TITAN_CONFIG_CHECK(c.interval > 0, "checkpoint.interval must be positive, got ", c.interval);
-  if (c.enable || c.create_seed_checkpoint) check_folder_writable(folder_, trainer_.world().rank());
+  if (c.enable || c.create_seed_checkpoint) {
+    check_folder_writable(folder_, trainer_.world().rank());
+    if (trainer_.world().rank() == 0) lock_checkpoint_folder(folder_);
+  }
   std::string names;
   for (auto& p : parts_) names += (names.empty() ? "" : ", ") + p.name;
   for (auto& part : c.exclude_from_loading) {

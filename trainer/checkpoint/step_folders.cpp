@@ -1,10 +1,19 @@
 #include "trainer/checkpoint/step_folders.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -190,6 +199,42 @@ void check_folder_writable(const std::string& folder, int64_t rank) {
                        ": is not writable (checked at start, before the first save)");
   }
   fs::remove(probe, ec);
+}
+
+void lock_checkpoint_folder(const std::string& folder) {
+  static std::mutex mu;
+  static auto* held = new std::map<std::string, int>;  // lock file -> its descriptor, kept open
+  const std::string path = (fs::path(folder) / ".titan-lock").string();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = held->find(path);
+  if (it != held->end()) {
+    // Still the same file (a test may have removed and recreated the folder)?
+    struct stat a {}, b {};
+    if (::fstat(it->second, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+      return;
+    ::close(it->second);
+    held->erase(it);
+  }
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TITAN_CONFIG_CHECK(fd >= 0, "checkpoint.folder ", folder, ": cannot create its lock file ", path, " (",
+                     std::strerror(errno), ")");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char who[256] = {0};
+    const ssize_t n = ::pread(fd, who, sizeof who - 1, 0);
+    ::close(fd);
+    std::string holder = n > 0 ? std::string(who, static_cast<size_t>(n)) : std::string("another process");
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    TITAN_CONFIG_CHECK(err != EWOULDBLOCK, "checkpoint.folder ", folder, " is in use by another job (", holder,
+                       " holds ", path, "): two jobs saving into one folder overwrite each other's steps; "
+                       "give this job its own job.dump_folder or checkpoint.folder, or wait for the other to end");
+    TITAN_CONFIG_FAIL("checkpoint.folder ", folder, ": cannot lock ", path, " (", std::strerror(err), ")");
+  }
+  char host[128] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, me.data(), me.size(), 0);
+  (*held)[path] = fd;
 }
 
 }  // namespace titan

@@ -42,6 +42,13 @@ CompleteMarker parse_complete_marker(const std::string& text, const std::string&
 // folder when it cannot be written, so a bad checkpoint.folder fails at start, not at a save.
 void check_folder_writable(const std::string& folder, int64_t rank);
 
+// Takes an exclusive lock on <folder>/.titan-lock (flock) for the rest of the process, so that
+// a second job started on the same folder (the same command run twice) fails at start, naming
+// the process that holds it, instead of the two overwriting each other's step folders and one
+// deleting the other's save in flight. Rank 0 takes it (it commits every save). Taken again
+// by this process, it is a no-op. The OS drops the lock when the process ends, however it ends.
+void lock_checkpoint_folder(const std::string& folder);
+
 // Writes a small text file and fsyncs it before renaming it into place.
 void write_text_durably(const std::string& path, const std::string& text);
 
