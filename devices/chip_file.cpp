@@ -106,6 +106,9 @@ std::string at(const std::string& path, const toml::node& n) {
   return path + ":" + std::to_string(n.source().begin.line);
 }
 
+constexpr const char* kTables =
+    "top level: name description base family; tables: compute memory fabric scale_out matmul kernels dispatch";
+
 std::string known_keys(const std::string& section) {
   std::string s;
   for (const Field& f : fields())
@@ -212,6 +215,9 @@ ChipSpec read(const std::string& path, const std::string& dir, int depth) {
       continue;
     }
     if (const toml::table* section = node.as_table()) {
+      // A table no field lives in (a typo, or [chip] around the top-level keys): name the
+      // tables there are, not an empty key list.
+      TITAN_CONFIG_CHECK(!known_keys(key).empty(), at(path, node), ": unknown table [", key, "] (", kTables, ")");
       std::string table_source;
       if (auto s = section->get_as<std::string>("source")) table_source = s->get();
       for (const auto& [sk, sn] : *section) {
@@ -229,9 +235,7 @@ ChipSpec read(const std::string& path, const std::string& dir, int depth) {
     const Field* f = nullptr;
     for (const Field& c : fields())
       if (c.section[0] == '\0' && key == c.key) f = &c;
-    TITAN_CONFIG_CHECK(f != nullptr, at(path, node), ": unknown key '", key,
-                       "' (top level: name description base family; tables: compute memory "
-                       "fabric scale_out matmul kernels dispatch)");
+    TITAN_CONFIG_CHECK(f != nullptr, at(path, node), ": unknown key '", key, "' (", kTables, ")");
     apply(path, *f, node, "", spec);
   }
   return spec;

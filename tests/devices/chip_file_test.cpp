@@ -115,6 +115,11 @@ TEST(ChipFile, BadFilesNameFileLineAndKey) {
       << m;
   EXPECT_NE(m.find("peak_bf16_flops"), std::string::npos) << m;  // lists the known keys
 
+  // A table that holds no keys at all listed none ("known in [chip]: "): now the tables.
+  m = error_of([] { find_chip("x", nullptr, write_file("titan_bad_table.toml", "[chip]\nname = \"x\"\n")); });
+  EXPECT_NE(m.find("titan_bad_table.toml:1: unknown table [chip] (top level: name"), std::string::npos) << m;
+  EXPECT_NE(m.find("tables: compute memory"), std::string::npos) << m;
+
   m = error_of([] {
     find_chip("x", nullptr,
               write_file("titan_bad2.toml", "name = \"x\"\nbase = \"h100\"\n[memory]\n"
