@@ -134,6 +134,10 @@ TEST(Config, BadInputsNameWhatIsWrong) {
       {"[activation_checkpoint]\nmode = \"some\"\n", {}, "expected one of none, selective, full"},
       {"[parallelism]\ndata_parallel_shard_degree = 0\n", {}, "data_parallel_shard_degree must be -1 or >= 1, got 0"},
       {"[optimizer]\nbeta1 = 1.5\n", {}, "invalid value 1.5 for 'optimizer.beta1': expected a number in [0, 0.999999]"},
+      // A table where a key takes a value: its type, not "unknown key '...exclude_from_loading.a'".
+      {"[checkpoint]\nexclude_from_loading = { a = 1 }\n", {},
+       "bad.toml:2: invalid value { a = 1 } for 'checkpoint.exclude_from_loading': expected a list of strings"},
+      {"[training.steps]\nx = 1\n", {}, "bad.toml:1: invalid value x = 1 for 'training.steps': expected an integer >= 0"},
   };
   for (const auto& c : cases) {
     std::string msg = config_error(c.toml, c.overrides);

@@ -275,13 +275,16 @@ std::string value_text(const KeySpec& s) {
 }
 
 // Every value of a section with its dotted key; sub-tables ([quantize.linear.float8]) are joined
-// with '.', as TorchTitan's nested sections are.
-void flatten(const toml::table& t, const std::string& prefix,
+// with '.', as TorchTitan's nested sections are. A table given where a key takes a value
+// (`exclude_from_loading = { a = 1 }`) stays one value, so that the error is its type, not
+// "unknown key 'checkpoint.exclude_from_loading.a'; did you mean 'checkpoint.exclude_from_loading'?".
+void flatten(const Registry& reg, const toml::table& t, const std::string& prefix,
              std::vector<std::pair<std::string, const toml::node*>>& out) {
   for (auto&& [k, v] : t) {
     const std::string name = prefix + std::string(k.str());
-    if (v.is_table()) {
-      flatten(*v.as_table(), name + ".", out);
+    const bool is_key = std::any_of(reg.keys.begin(), reg.keys.end(), [&](const KeySpec& s) { return s.full() == name; });
+    if (v.is_table() && !is_key) {
+      flatten(reg, *v.as_table(), name + ".", out);
     } else {
       out.emplace_back(name, &v);
     }
@@ -333,7 +336,7 @@ void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file
                                         [&](const KeySpec& k) { return k.section == sec; });
     if (registered || !torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
     std::vector<std::pair<std::string, const toml::node*>> entries;
-    flatten(*node.as_table(), sec + ".", entries);
+    flatten(reg, *node.as_table(), sec + ".", entries);
     for (auto& [name, value] : entries) {
       const std::string where =
           file_label + ":" + std::to_string(value->source().begin.line) + ": ";
