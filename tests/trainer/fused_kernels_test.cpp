@@ -8,6 +8,7 @@
 #include <ATen/record_function.h>
 
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "trainer/model/kernels/attention_kernel.h"
@@ -471,7 +472,27 @@ ModelArgs tiny_args() {
   return a;
 }
 
-// The whole model, fused against composite: logits, loss and every parameter gradient.
+// Names of the autograd nodes behind `t` (each node once).
+std::set<std::string> graph_nodes(const torch::Tensor& t) {
+  std::set<std::string> names;
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo = {t.grad_fn().get()};
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    names.insert(n->name());
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return names;
+}
+
+size_t nodes_naming(const std::set<std::string>& names, const std::string& what) {
+  return std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+}
+
+// The whole model, fused against composite: logits, loss and every parameter gradient; and
+// the switch really switches (with both models on one path the comparisons could not fail).
 TEST(FusedKernels, ModelSwitchKeepsLossAndGradients) {
   for (bool tied : {false, true}) {
     ModelArgs a = tiny_args();
@@ -483,6 +504,12 @@ TEST(FusedKernels, ModelSwitchKeepsLossAndGradients) {
     auto tokens = torch::randint(0, a.vocab_size, {3, 40}, torch::kInt64);
     auto labels = torch::randint(0, a.vocab_size, {3, 40}, torch::kInt64);
     auto lf = fused->forward(tokens), lc = composite->forward(tokens);
+    const auto fused_nodes = graph_nodes(lf), composite_nodes = graph_nodes(lc);
+    for (const char* kernel : {"RmsNormFunction", "RopeFunction", "CausalAttentionFunction", "SwigluFunction",
+                               "LinearsFunction"}) {
+      EXPECT_GT(nodes_naming(fused_nodes, kernel), 0u) << kernel << " not in the fused model's graph";
+      EXPECT_EQ(nodes_naming(composite_nodes, kernel), 0u) << kernel << " in the composite model's graph";
+    }
     EXPECT_LT(rel(lf, lc), 1e-5);
     auto loss_f = cross_entropy_sum(lf, labels, 120.0, true), loss_c = cross_entropy_sum(lc, labels, 120.0, false);
     EXPECT_LT(rel(loss_f, loss_c), 1e-6);
