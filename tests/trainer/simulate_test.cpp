@@ -3,6 +3,8 @@
 // small dims on the meta device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -70,6 +72,7 @@ TEST(Simulate, ActivationCheckpointRecomputesAttention) {
 }
 
 TEST(Simulate, FusedNeverSlowerThanSeparate) {
+  int faster = 0;
   for (const std::string device : {"tpu-v5p", "tpu-v7", "h100", "trn2"}) {
     for (const std::string ac : {"none", "full"}) {
       JobConfig f = sim_config({"--simulation.device", device, "--activation_checkpoint.mode", ac});
@@ -77,8 +80,14 @@ TEST(Simulate, FusedNeverSlowerThanSeparate) {
       s.comm.collective_mode = CollectiveMode::kSeparate;
       SimulationResult rf = simulate(f, false), rs = simulate(s, false);
       EXPECT_LE(rf.report.step_time_s, rs.report.step_time_s * (1 + 1e-9)) << device << " ac " << ac;
+      std::printf("  %s ac %s: fused %.4g s, separate %.4g s\n", device.c_str(), ac.c_str(), rf.report.step_time_s,
+                  rs.report.step_time_s);
+      faster += rf.report.step_time_s < 0.99 * rs.report.step_time_s;
     }
   }
+  // Equal steps everywhere would pass the check above: the mode must also matter (FSDP's
+  // gathers hide under compute only in fused mode; seen 1% or more faster in 7 of the 8).
+  EXPECT_GE(faster, 4);
 }
 
 TEST(Simulate, MfuRisesWithBatchAtFixedChips) {
