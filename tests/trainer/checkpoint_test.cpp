@@ -18,6 +18,7 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/checkpoint/hf_interop.h"
 #include "trainer/step/trainer.h"
+#include "tests/error_of.h"
 
 namespace titan {
 namespace {
@@ -274,6 +275,19 @@ TEST(Checkpoint, KeepLatestKPrunesAndLastSaveIsModelOnlyExport) {
   Trainer r(cfg);
   Checkpointer cr(r);
   EXPECT_EQ(cr.load_at_start(), 4);
+  // Asked for by load_step, the export restarted at step 0 and overwrote step 3 and 4 later.
+  Trainer e(tiny(dir, {"--checkpoint.load_step", "5"}));
+  Checkpointer ce(e);
+  const std::string m = error_of([&] { ce.load_at_start(); }, ErrorKind::kConfig);
+  EXPECT_NE(m.find("checkpoint.load_step = 5: " + last + " is a final model-only export"), std::string::npos) << m;
+  EXPECT_NE(m.find("The newest full checkpoint here is step-4"), std::string::npos) << m;
+  EXPECT_NE(m.find("--checkpoint.initial_load_path " + last), std::string::npos) << m;
+  // Dropping the step count on resume restarted at 0 and overwrote step 3 and 4 later.
+  Trainer x(tiny(dir, {"--checkpoint.exclude_from_loading", "train_state,lr_scheduler"}));
+  Checkpointer cx(x);
+  const std::string mx = error_of([&] { cx.load_at_start(); }, ErrorKind::kConfig);
+  EXPECT_NE(mx.find("so resuming " + dir + "/ckpt/step-4 restarts at step 0"), std::string::npos) << mx;
+  EXPECT_NE(mx.find("(up to step 4)"), std::string::npos) << mx;
   Trainer w(tiny(tmp_dir("prune_init"), {"--checkpoint.initial_load_path", last}));
   Checkpointer cw(w);
   EXPECT_EQ(cw.load_at_start(), 0);

@@ -147,13 +147,39 @@ int64_t Checkpointer::load_at_start() {
       std::fflush(stdout);
     }
   };
+  // A resume that drops the step count (exclude_from_loading holds both train_state and
+  // lr_scheduler) restarted at step 0 in this folder and silently replaced its checkpoints
+  // with the new run's steps 1, 2, ...
+  auto resumed = [&](const std::string& dir, int64_t saved_step) {
+    TITAN_CONFIG_CHECK(trainer_.step() >= saved_step, "checkpoint.exclude_from_loading leaves out the step count "
+                       "(train_state and lr_scheduler), so resuming ", dir, " restarts at step ", trainer_.step(),
+                       " in ", folder_, ", whose checkpoints (up to step ", saved_step, ") its saves would overwrite. "
+                       "Start the new run in another checkpoint.folder, from --checkpoint.initial_load_path ", dir,
+                       " --checkpoint.initial_load_model_only false");
+    announce("resumed from", dir);
+    return trainer_.step();
+  };
   if (enabled()) {
     if (c.load_step >= 0) {
       const std::string dir = (fs::path(folder_) / step_name(c.load_step)).string();
       TITAN_CONFIG_CHECK(fs::is_directory(dir), "checkpoint.load_step = ", c.load_step, ": ", dir, " does not exist");
+      // A final export holds weights only: "resuming" it restarted at step 0 with a fresh optimizer
+      // and, saving into this folder, silently replaced its full checkpoints (step-2 of a run saved
+      // at 2 and exported at 4 was overwritten by the new run's step 2).
+      if (c.load_step > 0 && is_model_only(dir)) {
+        std::string full;
+        for (auto& s : list_step_folders(folder_))
+          if (full.empty() && s.complete && !is_model_only(s.path)) full = step_name(s.step);
+        TITAN_CONFIG_FAIL("checkpoint.load_step = ", c.load_step, ": ", dir,
+                          " is a final model-only export (weights only: no optimizer, data or step state); resuming "
+                          "it would restart at step 0 and overwrite this folder's checkpoints. ",
+                          full.empty() ? std::string("This folder holds no full checkpoint to resume. ")
+                                       : "The newest full checkpoint here is " + full + ". ",
+                          "To go on from the export's weights with a fresh optimizer, pass "
+                          "--checkpoint.initial_load_path ", dir, " with another checkpoint.folder");
+      }
       try_load(dir, false, true);
-      announce("resumed from", dir);
-      return trainer_.step();
+      return resumed(dir, c.load_step);
     }
     std::error_code ec;
     if (fs::is_directory(folder_, ec) && writer) {
@@ -179,8 +205,7 @@ int64_t Checkpointer::load_at_start() {
                       "state of %s instead, the steps after it run again\n",
                       export_dir.c_str(), s.path.c_str());
         }
-        announce("resumed from", s.path);
-        return trainer_.step();
+        return resumed(s.path, s.step);
       }
     }
     // Starting from step 1 over a finished run would hide that run and overwrite its export.
