@@ -75,7 +75,10 @@ TEST(Simulate, FusedNeverSlowerThanSeparate) {
   int faster = 0;
   for (const std::string device : {"tpu-v5p", "tpu-v7", "h100", "trn2"}) {
     for (const std::string ac : {"none", "full"}) {
-      JobConfig f = sim_config({"--simulation.device", device, "--activation_checkpoint.mode", ac});
+      // Batch 16: at the default 1 this small model is host-bound (60% dispatch stalls) and the
+      // fused step is the same 5.38 ms on every device.
+      JobConfig f = sim_config({"--simulation.device", device, "--activation_checkpoint.mode", ac,
+                                "--training.local_batch_size", "16"});
       JobConfig s = f;
       s.comm.collective_mode = CollectiveMode::kSeparate;
       SimulationResult rf = simulate(f, false), rs = simulate(s, false);
@@ -86,7 +89,7 @@ TEST(Simulate, FusedNeverSlowerThanSeparate) {
     }
   }
   // Equal steps everywhere would pass the check above: the mode must also matter (FSDP's
-  // gathers hide under compute only in fused mode; seen 1% or more faster in 7 of the 8).
+  // gathers hide under compute only in fused mode; seen 1% or more faster in all 8).
   EXPECT_GE(faster, 4);
 }
 
