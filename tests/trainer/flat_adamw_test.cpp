@@ -1,5 +1,7 @@
 // The flat-buffer AdamW (trainer/components/optimizer.h): the same numbers as the per-tensor
-// torch.optim.AdamW arithmetic with clipping folded in, in float and double and both SIMD
+// torch.optim.AdamW arithmetic with clipping folded in (written out here, and libtorch's
+// torch::optim::AdamW, over three steps: the PyTorch reference of reference_parity_test.cpp
+// takes one, where bias correction cancels beta1 and beta2), in float and double and both SIMD
 // variants; parameters, gradients and state are views of the flat buffers (writes through
 // them land there, backward accumulates into them); replaced gradients are adopted; meta
 // parameters keep the per-tensor ops.
@@ -41,12 +43,18 @@ TEST(FlatAdamW, MatchesPerTensorAdamWWithClippingFolded) {
       torch::manual_seed(4);
       OptimizerSection cfg;
       auto params = make_params(dt, shapes);
-      std::vector<torch::Tensor> rp, rm, rv;
+      std::vector<torch::Tensor> rp, rm, rv, lp;
       for (auto& p : params) {
         rp.push_back(p.param.detach().clone());
         rm.push_back(torch::zeros_like(rp.back()));
         rv.push_back(torch::zeros_like(rp.back()));
+        lp.push_back(p.param.detach().clone().requires_grad_(true));
       }
+      // libtorch's own AdamW: an implementation this project did not write.
+      torch::optim::AdamW lib(lp, torch::optim::AdamWOptions(1e-2)
+                                      .betas(std::make_tuple(cfg.beta1, cfg.beta2))
+                                      .eps(cfg.eps)
+                                      .weight_decay(cfg.weight_decay));
       AdamW opt(params, cfg);
       for (int64_t t = 1; t <= 3; ++t) {
         opt.zero_grad();
@@ -59,11 +67,15 @@ TEST(FlatAdamW, MatchesPerTensorAdamWWithClippingFolded) {
         EXPECT_NEAR(opt.grad_sq_norm(), local_grad_sq_norm(opt.params()), 1e-9 * opt.grad_sq_norm());
         opt.step(1e-2, scale);
         reference_step(rp, rm, rv, grads, cfg, 1e-2, scale, t);
+        for (size_t i = 0; i < lp.size(); ++i) lp[i].mutable_grad() = grads[i] * scale;
+        lib.step();
         const double tol = dt == torch::kFloat64 ? 1e-12 : 1e-6;
         for (size_t i = 0; i < rp.size(); ++i) {
           const double scale_ref = rp[i].abs().max().item<double>();
           EXPECT_LE((opt.params()[i].param - rp[i]).abs().max().item<double>(), tol * scale_ref)
               << "param " << i << " step " << t << (baseline ? " baseline" : " avx2");
+          EXPECT_LE((opt.params()[i].param - lp[i].detach()).abs().max().item<double>(), tol * scale_ref)
+              << "param " << i << " step " << t << " against torch::optim::AdamW";
           EXPECT_LE((opt.states()[i].exp_avg - rm[i]).abs().max().item<double>(),
                     tol * rm[i].abs().max().item<double>());
           // The gradient reads clipped, as clip_grads would leave it.
