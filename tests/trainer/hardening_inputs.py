@@ -60,6 +60,9 @@ def _files(w):
     _write(os.path.join(step, "COMPLETE"), json.dumps({"rank_files": ["rank-00000.h5"], "rank_file_bytes": [28]}))
     f["chip"] = _write(os.path.join(w, "chip.toml"), "name = \"x\"\n[compute]\npeak_bf16_flops = \"fast\"\n")
     os.makedirs(os.path.join(w, "a_dir.toml"), exist_ok=True)
+    f["fifo"] = os.path.join(w, "data.fifo")  # no writer: opening it for reading blocks
+    if not os.path.exists(f["fifo"]):
+        os.mkfifo(f["fifo"])
     f["readonly"] = os.path.join(w, "readonly")
     os.makedirs(f["readonly"], exist_ok=True)
     _write(os.path.join(f["readonly"], "checkpoint"), "a file where the checkpoint folder should be")
@@ -124,6 +127,7 @@ def bad_inputs(w, config, tiny):
         ("load_step torn marker", c + ck("ckpt_badmarker") + ["--checkpoint.load_step", "1"], "COMPLETE"),
         ("load_step truncated h5", c + ck("ckpt_truncated") + ["--checkpoint.load_step", "1"], "step-1"),
         ("initial_load_path missing", c + ["--checkpoint.initial_load_path", os.path.join(w, "none")], "none"),
+        ("initial_load_path a FIFO (hung)", c + ["--checkpoint.initial_load_path", f["fifo"]], "not a regular file"),
         ("safetensors garbage", c + ["--checkpoint.initial_load_path", f["garbage_st"]], "garbage.safetensors"),
         ("safetensors huge header", c + ["--checkpoint.initial_load_path", f["huge_header_st"]], "huge.safetensors"),
         ("safetensors header length sign bit", c + ["--checkpoint.initial_load_path", f["sign_header_st"]],
@@ -139,6 +143,11 @@ def bad_inputs(w, config, tiny):
          "no.txt"),
         ("dataset empty", c + ["--training.dataset", "text", "--training.dataset_path", f["empty_data"]], "empty.txt"),
         ("dataset a directory", c + ["--training.dataset", "text", "--training.dataset_path", w], "directory"),
+        ("dataset a FIFO (hung, 730 s: SIGTERM only noted)", c + ["--training.dataset", "text", "--training.dataset_path",
+                                                                f["fifo"]], "a FIFO (named pipe), not a regular file"),
+        ("dataset a device (read /dev/zero without end)", c + ["--training.dataset", "text", "--training.dataset_path",
+                                                              "/dev/zero"], "a character device, not a regular file"),
+        ("tokenizer a FIFO", c + ["--model.tokenizer_path", f["fifo"]], "a FIFO (named pipe)"),
         ("dataset too short", c + ["--training.dataset", "text", "--training.dataset_path", f["short_data"]], "dataset"),
         ("tokenizer missing", c + ["--model.tokenizer_path", os.path.join(w, "tok.json")], "tok.json"),
         ("tokenizer not json", c + ["--model.tokenizer_path", f["bad_json_tok"]], "tokenizer_bad.json"),

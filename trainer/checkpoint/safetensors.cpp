@@ -1,6 +1,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,11 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 }
 
 TensorMap load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  // A FIFO given as checkpoint.initial_load_path blocked the open for good (SIGTERM is only
+  // noted before training): the sizes below need a regular file anyway.
+  std::error_code ec;
+  TITAN_CONFIG_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), path,
+                     ": not a regular file (a safetensors file or a checkpoint folder is needed)");
   std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(in.good(), "cannot read ", path);
   in.seekg(0, std::ios::end);

@@ -60,6 +60,17 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   TITAN_CONFIG_CHECK(fs::exists(path, ec), what, " '", path, "' does not exist");
   TITAN_CONFIG_CHECK(!fs::is_directory(path, ec), what, " '", path, "' is a directory, not a file");
+  // A FIFO blocks the open until a writer comes (forever, and the stop handler only notes
+  // SIGTERM for a step end never reached: `timeout 20` could not end it, 730 s); a device such
+  // as /dev/zero never ends. The whole file is read into memory, so only a regular one will do.
+  const fs::file_type type = fs::status(path, ec).type();
+  TITAN_CONFIG_CHECK(type == fs::file_type::regular, what, " '", path, "' is ",
+                     type == fs::file_type::fifo         ? "a FIFO (named pipe)"
+                     : type == fs::file_type::character  ? "a character device"
+                     : type == fs::file_type::block      ? "a block device"
+                     : type == fs::file_type::socket     ? "a socket"
+                                                          : "not a regular file",
+                     ", not a regular file (it is read whole at start)");
   std::ifstream in(path, std::ios::binary);
   TITAN_CONFIG_CHECK(in.is_open(), what, " '", path, "' cannot be opened: ", std::strerror(errno));
   std::ostringstream buffer;
