@@ -136,6 +136,8 @@ void remove_abort_dirs() {
   }
 }
 
+void remove_abort_dirs_from_signal() { remove_dirs_signal_safe(); }
+
 void stop_signal_in_rendezvous(int signo) {
   g_stop_signal.store(signo);
   if (g_rendezvous_depth.load() > 0) end_by_signal(signo);

@@ -25,6 +25,9 @@ void remove_abort_dirs();
 // folders, prints one line and _exits with 128 + signo.
 void stop_signal_in_rendezvous(int signo);
 
+// Async-signal-safe: removes the registered folders (for a handler that ends the process).
+void remove_abort_dirs_from_signal();
+
 // Makes sure SIGINT / SIGTERM reach stop_signal_in_rendezvous: installs a handler where
 // the disposition is still the default (a process without the trainer's stop handler);
 // that handler removes the folders and then dies of the signal as the default would.

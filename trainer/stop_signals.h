@@ -13,6 +13,10 @@ void install_stop_handlers();
 // The signal received so far (SIGINT or SIGTERM), or 0.
 int stop_signal();
 
+// From here on a first signal is noted for the next step end; before (start-up), it ends the
+// process at once with 128 + signo, as nothing needs finishing and start-up may block.
+void note_training_loop_started();
+
 // "SIGINT", "SIGTERM", else "signal N".
 std::string signal_name(int signo);
 

@@ -70,6 +70,7 @@ TrainResult train(const JobConfig& cfg) {
     }
     result.stop_signal = signo;
   };
+  note_training_loop_started();  // a stop signal now waits for a step end (stop_signals.h)
   while (trainer.step() < cfg.training.steps) {
     if (const int signo = agreed_stop()) {
       stop_now(signo);

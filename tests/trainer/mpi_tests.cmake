@@ -80,8 +80,9 @@ set_tests_properties(trainer_hardening_ranks_given_other_configs trainer_hardeni
 # Start-up failures of a 2-rank job under a plain mpirun (tests/trainer/rank_failures.py): a
 # gloo rank waiting in the rendezvous when its peer fails removes /tmp/titan-gloo-ompi-<id>;
 # a config error every rank shares prints one line (rank 0, "all 2 ranks"); one only rank 1
-# hits prints rank 1's line. Each ends non-zero within seconds.
-foreach(scenario gloo_folder shared_error one_rank_error)
+# hits prints rank 1's line; a SIGTERM to a rank still in start-up ends the job. Each ends
+# non-zero within seconds.
+foreach(scenario gloo_folder shared_error one_rank_error startup_signal)
   add_test(NAME trainer_rank_failures_${scenario}
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/rank_failures.py ${scenario}
                    --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}

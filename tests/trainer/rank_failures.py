@@ -10,11 +10,15 @@ run by ctest (tests/trainer/mpi_tests.cmake). Every run has a timeout, so a hang
                  and the file; non-zero exit
   one_rank_error only rank 1's file has the unknown key (mpi and gloo): one error line,
                  "rank 1: ...", naming key and file; non-zero exit within 20 s
+  startup_signal mpi backend, rank 1 starts 30 s late, so rank 0 waits in MPI_Init; one
+                 SIGTERM to rank 0 must end the job within 10 s (it was only noted for a
+                 step end that start-up never reached, so `timeout` could not stop a job)
 usage: rank_failures.py SCENARIO --titan-train BIN --mpirun MPIRUN --workdir DIR"""
 import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -53,7 +57,8 @@ def rank_cmd(args, config, dump, backend, delay=0):
     """One side of `mpirun A : B`; a shell prints the job id first (and may wait)."""
     train = [args.titan_train, "--config", config, "--job.dump_folder", dump,
              "--comm.backend", backend] + TINY
-    script = 'echo "job id: $OMPI_MCA_ess_base_jobid" >&2; sleep %d; exec "$@"' % delay
+    script = ('echo "job id: $OMPI_MCA_ess_base_jobid pid: $$ rank: $OMPI_COMM_WORLD_RANK" >&2; '
+              'sleep %d; exec "$@"' % delay)
     return ["-np", "1", "sh", "-c", script, "sh"] + train
 
 
@@ -156,6 +161,37 @@ def scenario_one_rank_error(args):
         if took > 20:
             fail(f"{backend}: took {took:.1f} s > 20 s")
         print(f"PASS {backend}: rank 1's line, exit {rc}, {took:.1f} s")
+
+
+def scenario_startup_signal(args):
+    d, _ = bad_config(args)
+    seen = {"pid": None, "sent": None}
+
+    def watch(line):
+        m = re.match(r"job id: \S+ pid: (\d+) rank: 0", line)
+        if m:
+            seen["pid"] = int(m.group(1))
+
+    def signal_rank0():
+        while seen["pid"] is None:
+            time.sleep(0.05)
+        time.sleep(3)  # rank 0 is past parsing, in MPI_Init waiting for rank 1
+        seen["sent"] = time.time()
+        os.kill(seen["pid"], signal.SIGTERM)
+
+    threading.Thread(target=signal_rank0, daemon=True).start()
+    rc, out, took = run_job(args, [rank_cmd(args, CONFIG, os.path.join(d, "r0"), "mpi"),
+                                   rank_cmd(args, CONFIG, os.path.join(d, "r1"), "mpi", delay=30)], watch)
+    if seen["sent"] is None:
+        fail("rank 0 never printed its pid")
+    after = time.time() - seen["sent"]
+    if rc == 0:
+        fail("the job succeeded")
+    if after > 10:
+        fail(f"the job ended {after:.1f} s after SIGTERM to rank 0 (> 10 s)")
+    if "stop signal during start-up" not in out:
+        fail("rank 0 did not say why it ended")
+    print(f"PASS: exit {rc}, {after:.1f} s after SIGTERM to rank 0 in start-up")
 
 
 def main():
