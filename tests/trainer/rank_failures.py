@@ -89,6 +89,18 @@ def run_job(args, sides, watch=None):
     return p.returncode, out, time.time() - start
 
 
+def rank_line_watcher(seen):
+    """A run_job watch that fills seen["job"] and seen["pid"][rank] from the wrapper's lines."""
+    seen.setdefault("pid", {})
+
+    def watch(line):
+        m = re.match(r"job id: (\S+) pid: (\d+) rank: (\d+)", line)
+        if m:
+            seen["job"] = m.group(1)
+            seen["pid"][int(m.group(3))] = int(m.group(2))
+    return watch
+
+
 def error_lines(out):
     return [l for l in out.splitlines() if "config error" in l]
 
@@ -96,16 +108,13 @@ def error_lines(out):
 def scenario_gloo_folder(args):
     d, bad = bad_config(args)
     seen = {"folder": None, "existed": False}
-
-    def watch(line):
-        m = re.match(r"job id: (\S+)", line)
-        if m:
-            seen["folder"] = "/tmp/titan-gloo-ompi-" + m.group(1)
+    watch = rank_line_watcher(seen)
 
     def poll():  # the folder must appear while rank 1 sleeps, or the test proves nothing
-        while seen["folder"] is None or not seen["existed"]:
-            if seen["folder"] and os.path.isdir(seen["folder"]):
-                seen["existed"] = True
+        while not seen["existed"]:
+            if "job" in seen:
+                seen["folder"] = "/tmp/titan-gloo-ompi-" + seen["job"]
+                seen["existed"] = os.path.isdir(seen["folder"])
             time.sleep(0.05)
 
     threading.Thread(target=poll, daemon=True).start()
@@ -165,19 +174,15 @@ def scenario_one_rank_error(args):
 
 def scenario_startup_signal(args):
     d, _ = bad_config(args)
-    seen = {"pid": None, "sent": None}
-
-    def watch(line):
-        m = re.match(r"job id: \S+ pid: (\d+) rank: 0", line)
-        if m:
-            seen["pid"] = int(m.group(1))
+    seen = {"sent": None}
+    watch = rank_line_watcher(seen)
 
     def signal_rank0():
-        while seen["pid"] is None:
+        while 0 not in seen["pid"]:
             time.sleep(0.05)
         time.sleep(3)  # rank 0 is past parsing, in MPI_Init waiting for rank 1
         seen["sent"] = time.time()
-        os.kill(seen["pid"], signal.SIGTERM)
+        os.kill(seen["pid"][0], signal.SIGTERM)
 
     threading.Thread(target=signal_rank0, daemon=True).start()
     rc, out, took = run_job(args, [rank_cmd(args, CONFIG, os.path.join(d, "r0"), "mpi"),
