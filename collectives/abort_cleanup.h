@@ -3,8 +3,8 @@
 // Their owner adds them while they exist. Implemented in abort_cleanup.cpp.
 //
 // A rank waiting in a rendezvous for a peer that died before it got there is ended by its
-// launcher: plain mpirun sends SIGTERM, then SIGKILL one second later. The train loop's
-// stop handler (trainer/stop_signals.h) only notes the signal for the next step end, which
+// launcher: plain mpirun sends SIGTERM, then SIGKILL one second later. titan-train's stop
+// handler (trainer/stop_signals.h) used to only note the signal for the next step end, which
 // a rank stuck in the rendezvous never reaches, so the folder outlived the job. Hence
 // stop_signal_in_rendezvous(): from a SIGINT/SIGTERM handler, it removes the folders and
 // ends the process when the signal lands inside a RendezvousScope, and makes the next
