@@ -123,6 +123,53 @@ TEST(CheckpointFolder, PruningThatFailsWarnsAndNeverLeavesACompleteStepWithoutIt
   fs::remove_all(base);
 }
 
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Re-saving a step that exists (a run resumed from an earlier load_step) removed the old
+// step-N before renaming the new save in; stopped between the two (a kill, or here a file
+// that will not go), neither save was left loadable. Now the new save's marker is written
+// first, and the next start puts it in place.
+TEST(CheckpointFolder, AReplacedStepCutShortIsFinishedAtTheNextStart) {
+  const fs::path base = fs::temp_directory_path() / "titan_ckpt_replace_cut";
+  fs::remove_all(base);
+  write_step(base / "step-3", true);
+  fs::create_directories(base / ".tmp-step-3");
+  std::ofstream(base / ".tmp-step-3" / rank_file(0)) << "the new save's rank file";
+  if (!set_immutable(base / "step-3" / rank_file(0), true)) {
+    fs::remove_all(base);
+    GTEST_SKIP() << "cannot set the immutable flag here (needs root and a file system that has it)";
+  }
+  StepCommit job;
+  job.step = 3;
+  job.folder = base.string();
+  job.tmp_dir = (base / ".tmp-step-3").string();
+  EXPECT_ANY_THROW(commit_step_folder(job));
+  set_immutable(base / "step-3" / rank_file(0), false);
+  ASSERT_TRUE(fs::exists(base / ".tmp-step-3" / "COMPLETE"));
+
+  // Saves that never reached their marker, or whose files do not match it, are not put in place.
+  fs::create_directories(base / ".tmp-step-4");
+  std::ofstream(base / ".tmp-step-4" / rank_file(0)) << "unfinished";
+  write_step(base / ".tmp-step-5", true);
+  std::ofstream(base / ".tmp-step-5" / rank_file(0), std::ios::app) << " cut";  // 13 bytes, marker says 9
+
+  const auto finished = finish_interrupted_commits(base.string());
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0], (base / "step-3").string());
+  EXPECT_FALSE(fs::exists(base / ".tmp-step-3"));
+  EXPECT_EQ(read_file(base / "step-3" / rank_file(0)), "the new save's rank file");
+  const auto steps = list_step_folders(base.string());
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].complete);
+  EXPECT_EQ(remove_unfinished_saves(base.string()), 2);
+  EXPECT_FALSE(fs::exists(base / ".tmp-step-4"));
+  EXPECT_FALSE(fs::exists(base / ".tmp-step-5"));
+  fs::remove_all(base);
+}
+
 // Two jobs on one checkpoint folder (the same command started twice) overwrote each other's
 // step folders without a word. A second process is refused at start, naming the holder; the
 // same process may take the lock again; it is free once the holder is gone.

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <set>
-#include <thread>
 
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
@@ -18,7 +17,6 @@
 #include "trainer/model/kernels/rope_kernel.h"
 #include "trainer/model/kernels/simd.h"
 #include "trainer/model/kernels/swiglu_kernel.h"
-#include "trainer/model/kernels/thread_choice.h"
 #include "trainer/model/model.h"
 
 namespace titan {
@@ -285,105 +283,6 @@ TEST(FusedKernels, LinearsStackedInOneBufferTakeOneForwardProduct) {
   std::vector<torch::Tensor> ya;
   EXPECT_EQ(products(x, apart, &ya), 2);
   EXPECT_LT(rel(ya[1], torch::matmul(x, apart[1].detach().t())), 1e-5);
-}
-
-TEST(FusedKernels, ThreadChoiceKeepsTheFasterVariant) {
-  const int before = at::get_num_threads();
-  torch::set_num_threads(2);
-  std::vector<int> seen;
-  for (int call = 0; call < 1 + 2 * kThreadChoiceTrials + 3; ++call) {
-    with_chosen_threads("test.slow_when_parallel", 1, 2, 3, [&] {
-      seen.push_back(at::get_num_threads());
-      if (seen.back() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    });
-  }
-  EXPECT_EQ(at::get_num_threads(), 2) << "the thread count is restored after a one-thread call";
-  // The untimed warm-up call, the one-thread trials and the 3 calls after the decision.
-  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 1 + kThreadChoiceTrials + 3);
-  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "call " << i;
-  // And the other way round.
-  seen.clear();
-  for (int call = 0; call < 1 + 2 * kThreadChoiceTrials + 3; ++call) {
-    with_chosen_threads("test.slow_when_serial", 1, 2, 3, [&] {
-      seen.push_back(at::get_num_threads());
-      if (seen.back() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    });
-  }
-  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 2) << "call " << i;
-  torch::set_num_threads(before);
-}
-
-// Whatever a site chose, the numbers are the same: each GEMM output element and each kernel
-// row is computed by one thread in one order.
-// A decision made under a load that then goes away is revisited: here all threads are slow
-// during the trials and one thread is slow after them; the retry after
-// kThreadChoiceFirstRetry calls finds all threads faster and keeps them from then on.
-TEST(FusedKernels, ThreadChoiceRetriesTheOtherVariant) {
-  const int before = at::get_num_threads();
-  torch::set_num_threads(2);
-  const int trial_calls = 1 + 2 * kThreadChoiceTrials;
-  std::vector<int> seen;
-  for (int call = 0; call < trial_calls + kThreadChoiceFirstRetry + 1 + 3; ++call) {
-    with_chosen_threads("test.load_moves", 1, 2, 3, [&] {
-      seen.push_back(at::get_num_threads());
-      const bool slow = call < trial_calls ? seen.back() > 1 : seen.back() == 1;
-      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    });
-  }
-  for (int i = trial_calls; i < trial_calls + kThreadChoiceFirstRetry; ++i) EXPECT_EQ(seen[i], 1) << "kept, call " << i;
-  EXPECT_EQ(seen[trial_calls + kThreadChoiceFirstRetry], 2) << "the retry";
-  for (size_t i = seen.size() - 3; i < seen.size(); ++i) EXPECT_EQ(seen[i], 2) << "switched, call " << i;
-  torch::set_num_threads(before);
-}
-
-// With all threads kept, the one-thread variant is retried only once a kept call has taken
-// longer than one thread's best (before that the retry cannot win, and at a large GEMM it
-// costs a whole call): here all threads stay fast well past the first retry's turn, then one
-// kept call is slow, and the call after it is the retry.
-TEST(FusedKernels, ThreadChoiceRetriesOneThreadOnlyWhenItCanWin) {
-  const int before = at::get_num_threads();
-  torch::set_num_threads(2);
-  const int trial_calls = 1 + 2 * kThreadChoiceTrials, fast_calls = 3 * kThreadChoiceFirstRetry;
-  std::vector<int> seen;
-  for (int call = 0; call < trial_calls + fast_calls + 2; ++call) {
-    with_chosen_threads("test.parallel_until_slowed", 1, 2, 3, [&] {
-      seen.push_back(at::get_num_threads());
-      const bool slow = seen.back() == 1 || call == trial_calls + fast_calls;
-      // One thread's 20 ms: a fast call preempted on a loaded host stays below it.
-      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(seen.back() == 1 ? 20 : 60));
-    });
-  }
-  for (int i = trial_calls; i <= trial_calls + fast_calls; ++i) EXPECT_EQ(seen[i], 2) << "kept, call " << i;
-  EXPECT_EQ(seen.back(), 1) << "the retry after the slow call";
-  torch::set_num_threads(before);
-}
-
-TEST(FusedKernels, ThreadChoiceDoesNotChangeResults) {
-  const int before = at::get_num_threads();
-  torch::set_num_threads(2);
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 64, a.n_layers = 1, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 16, a.ffn_dim = 160, a.vocab_size = 70;
-  auto run = [&](bool choice) {
-    set_thread_choice_enabled(choice);
-    Transformer m(a, 64, torch::TensorOptions());
-    m->init_weights(5);
-    torch::manual_seed(4);
-    auto tokens = torch::randint(0, a.vocab_size, {4, 64}, torch::kInt64);
-    std::vector<torch::Tensor> out;
-    for (int step = 0; step < 1 + 2 * kThreadChoiceTrials + 1; ++step) {  // past every site's trials
-      for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
-      auto loss = cross_entropy_sum(m->forward(tokens), tokens, 256.0);
-      loss.backward();
-      out = {loss.detach()};
-      for (auto& p : m->parameters()) out.push_back(p.grad().clone());
-    }
-    return out;
-  };
-  auto with = run(true), without = run(false);
-  set_thread_choice_enabled(true);
-  torch::set_num_threads(before);
-  ASSERT_EQ(with.size(), without.size());
-  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << "tensor " << i;
 }
 
 TEST(FusedKernels, RopeMatchesCompositeOnStridedHeads) {

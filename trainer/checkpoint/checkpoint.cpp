@@ -14,6 +14,7 @@
 #include "trainer/checkpoint/fault_hooks.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/checkpoint/hf_interop.h"
+#include "trainer/checkpoint/step_folders.h"
 #include "trainer/step/parallelize.h"
 #include "trainer/step/trainer.h"
 
@@ -141,8 +142,20 @@ void Checkpointer::save(int64_t step, bool model_only) {
   job->commit = {step, job->world, folder_, job->tmp_dir, model_only, c.keep_latest_k,
                  std::max(60.0, trainer_.config().comm.train_timeout_seconds * 6)};
   if (job->rank == 0) {  // a stale temporary folder is a save that was killed: start over
-    fs::remove_all(job->tmp_dir);
-    fs::create_directories(job->tmp_dir);
+    std::error_code ec;
+    fs::remove_all(job->tmp_dir, ec);
+    if (!ec) fs::create_directories(job->tmp_dir, ec);
+    if (ec) {  // the folder was writable at start (check_folder_writable): it changed since
+      std::string newest = "none";
+      for (auto& f : list_step_folders(folder_)) {  // newest first
+        if (f.complete) {
+          newest = f.path;
+          break;
+        }
+      }
+      TITAN_CHECK(false, "checkpoint: cannot start the save of step ", step, ": ", job->tmp_dir, ": ", ec.message(),
+                  " (", folder_, " was writable at start); the newest complete checkpoint is ", newest);
+    }
   }
   world_barrier(trainer_);
 

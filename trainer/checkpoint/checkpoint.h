@@ -76,6 +76,7 @@ class Checkpointer {
   struct Staged;
   std::unique_ptr<Staged> stage(const std::string& dir, bool model_only);
   bool try_load(const std::string& dir, bool model_only, bool explicit_request);
+  void finish_interrupted_commits_everywhere();
 
   Trainer& trainer_;
   std::vector<StatefulPart> parts_;

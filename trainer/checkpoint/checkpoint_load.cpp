@@ -137,6 +137,28 @@ bool Checkpointer::try_load(const std::string& dir, bool model_only, bool explic
   return true;
 }
 
+// Rank 0 commits every save, so rank 0 finishes a commit cut short (step_folders.h) before
+// any rank lists the folder; a failure there is every rank's error, not a hang at the next
+// collective.
+void Checkpointer::finish_interrupted_commits_everywhere() {
+  std::vector<std::string> finished;
+  std::string message;
+  if (trainer_.world().rank() == 0) {
+    try {
+      finished = finish_interrupted_commits(folder_);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+  }
+  const bool failed = world_max(trainer_, message.empty() ? 0 : 1) != 0;
+  TITAN_CHECK(!failed, "checkpoint: cannot finish an interrupted save in ", folder_, ": ",
+              message.empty() ? "see rank 0's message" : message);
+  for (auto& dir : finished) {
+    std::printf("titan: checkpoint: finished the save of %s that a stop had cut short after its marker\n", dir.c_str());
+    std::fflush(stdout);
+  }
+}
+
 int64_t Checkpointer::load_at_start() {
   const auto& c = trainer_.config().checkpoint;
   const bool writer = trainer_.is_writer();
@@ -160,6 +182,7 @@ int64_t Checkpointer::load_at_start() {
     return trainer_.step();
   };
   if (enabled()) {
+    finish_interrupted_commits_everywhere();
     if (c.load_step >= 0) {
       const std::string dir = (fs::path(folder_) / step_name(c.load_step)).string();
       TITAN_CONFIG_CHECK(fs::is_directory(dir), "checkpoint.load_step = ", c.load_step, ": ", dir, " does not exist");

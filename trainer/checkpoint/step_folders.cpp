@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -68,15 +69,63 @@ void write_text_durably(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-int remove_unfinished_saves(const std::string& folder) {
-  int removed = 0;
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) return 0;
+namespace {
+
+std::vector<fs::path> tmp_save_folders(const std::string& folder) {
   std::vector<fs::path> tmp;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return tmp;
   for (auto& e : fs::directory_iterator(folder, ec)) {
     if (e.path().filename().string().rfind(".tmp-step-", 0) == 0) tmp.push_back(e.path());
   }
-  for (auto& p : tmp) removed += fs::remove_all(p, ec) > 0 ? 1 : 0;
+  return tmp;
+}
+
+// A tmp folder whose marker is written and whose rank files all have the sizes it lists: the
+// commit that made it stopped after its marker, before (or while) it replaced step-N.
+bool holds_whole_save(const fs::path& dir) {
+  std::ifstream f(dir / "COMPLETE");
+  if (!f) return false;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  try {
+    const CompleteMarker m = parse_complete_marker(text, (dir / "COMPLETE").string());
+    for (size_t i = 0; i < m.rank_files.size(); ++i) {
+      std::error_code ec;
+      const auto bytes = fs::file_size(dir / m.rank_files[i], ec);
+      if (ec || (m.rank_file_bytes[i] >= 0 && static_cast<int64_t>(bytes) != m.rank_file_bytes[i])) return false;
+    }
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+// Puts a whole save in place of step-N: what is left of an older step-N goes first (rename
+// cannot replace a folder that holds files). Until the rename, the whole save is the tmp folder.
+void move_into_place(const fs::path& tmp_dir, const fs::path& final_dir) {
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);
+  fsync_path(final_dir.parent_path().string());
+}
+
+}  // namespace
+
+std::vector<std::string> finish_interrupted_commits(const std::string& folder) {
+  std::vector<std::string> finished;
+  for (auto& p : tmp_save_folders(folder)) {
+    if (!holds_whole_save(p)) continue;
+    const fs::path final_dir = fs::path(folder) / p.filename().string().substr(5);  // ".tmp-step-N" -> "step-N"
+    move_into_place(p, final_dir);
+    finished.push_back(final_dir.string());
+  }
+  return finished;
+}
+
+int remove_unfinished_saves(const std::string& folder) {
+  finish_interrupted_commits(folder);
+  int removed = 0;
+  std::error_code ec;
+  for (auto& p : tmp_save_folders(folder)) removed += fs::remove_all(p, ec) > 0 ? 1 : 0;
   return removed;
 }
 
@@ -161,11 +210,7 @@ void commit_step_folder(const StepCommit& job) {
   }
   std::error_code ec;
   if (fs::exists(fs::path(job.tmp_dir) / "model.safetensors", ec)) files.push_back("model.safetensors");
-  fsync_path(job.tmp_dir);
   const fs::path final_dir = fs::path(job.folder) / step_name(job.step);
-  fs::remove_all(final_dir);  // an older save of the same step (a re-run) is replaced
-  fs::rename(job.tmp_dir, final_dir);
-  fsync_path(job.folder);
   nlohmann::json marker = {{"format", "titan-checkpoint"},
                            {"format_version", kCheckpointFormatVersion},
                            {"step", job.step},
@@ -174,8 +219,13 @@ void commit_step_folder(const StepCommit& job) {
                            {"rank_files", std::vector<std::string>(files.begin(), files.begin() + job.world)},
                            {"rank_file_bytes", sizes},
                            {"extra_files", std::vector<std::string>(files.begin() + job.world, files.end())}};
-  write_text_durably((final_dir / "COMPLETE").string(), marker.dump(1) + "\n");
-  fsync_path(final_dir.string());
+  // The marker goes in before the rename: an older step-N (a re-run from an earlier
+  // load_step) is removed to make room, and a kill or error between that removal and the
+  // rename used to leave neither save loadable. Now the tmp folder is whole from here on, and
+  // finish_interrupted_commits puts it in place at the next start.
+  write_text_durably((fs::path(job.tmp_dir) / "COMPLETE").string(), marker.dump(1) + "\n");
+  fsync_path(job.tmp_dir);
+  move_into_place(job.tmp_dir, final_dir);
   if (job.keep_latest_k > 0) {  // prune the oldest full checkpoints beyond k (0 keeps all)
     int64_t kept = 0;
     for (auto& s : list_step_folders(job.folder)) {

@@ -1,5 +1,5 @@
 // The checkpoint folder on disk: step-N folders, their COMPLETE markers, and the commit of a
-// finished save (rank files durable -> rename -> marker -> pruning). No collectives, so the
+// finished save (rank files durable -> marker -> rename -> pruning). No collectives, so the
 // commit may run on the async writer thread. Used by the Checkpointer and tests.
 #pragma once
 
@@ -21,8 +21,14 @@ struct StepFolder {
 // step-N folders, newest first.
 std::vector<StepFolder> list_step_folders(const std::string& folder);
 
-// Removes the .tmp-step-N folders of saves that never finished; returns how many it removed.
-// Only when no save of this job is in flight (a stopping job, after Checkpointer::wait).
+// Puts in place each .tmp-step-N folder that holds a whole save (its COMPLETE marker and the
+// rank files it lists, at their sizes): a commit stopped between the marker and the rename.
+// Returns the step folders it finished. Rank 0 only, with no save of this job in flight.
+std::vector<std::string> finish_interrupted_commits(const std::string& folder);
+
+// Finishes interrupted commits, then removes the .tmp-step-N folders of saves that never
+// finished; returns how many it removed. Only when no save of this job is in flight (a
+// stopping job, after Checkpointer::wait).
 int remove_unfinished_saves(const std::string& folder);
 
 // A final model-only export (its COMPLETE marker says so).
@@ -62,7 +68,8 @@ struct StepCommit {
   double timeout_s = 600;     // how long to wait for the other ranks' files
 };
 // Waits until every rank's file is durable (each other rank leaves "<rank file>.done" holding
-// its size), renames tmp_dir to step-N, writes the COMPLETE marker and prunes old steps.
+// its size), writes the COMPLETE marker into tmp_dir, renames it to step-N (replacing an older
+// step-N) and prunes old steps.
 void commit_step_folder(const StepCommit& job);
 // The other ranks' half: marks this rank's file durable for commit_step_folder.
 void mark_rank_file_done(const std::string& tmp_dir, int rank);

@@ -1,5 +1,6 @@
 #include "trainer/model/kernels/linear_kernel.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
@@ -10,9 +11,27 @@
 namespace titan {
 namespace {
 
+// Random values in t's shape, transposed in memory where t is (what OpenBLAS packs differently).
+torch::Tensor random_in_layout(const torch::Tensor& t, at::Generator& gen) {
+  if (t.stride(0) == 1 && t.size(1) > 1) return torch::randn({t.size(1), t.size(0)}, gen, t.options()).t();
+  return torch::randn(t.sizes(), gen, t.options());
+}
+
+// Whether a @ b keeps its bits on one thread (thread_choice.h): checked once per (site, shape)
+// on random operands, not on a and b, whose values (zeros at the first step, say) could hide
+// a difference. Its own generator leaves the global one's sequence alone.
+void check_mm_bits(const char* site, const torch::Tensor& a, const torch::Tensor& b) {
+  ThreadChoiceState* s = thread_bits_check_due(site, a.size(0), a.size(1), b.size(1));
+  if (!s) return;
+  at::Generator gen = at::detail::createCPUGenerator(20261202);
+  const auto pa = random_in_layout(a, gen), pb = random_in_layout(b, gen);
+  pin_unless_same_bits(*s, [&] { return torch::mm(pa, pb); });
+}
+
 // a @ b on the thread count chosen for this (M, K, N) and operand layout. The site names
 // keep the three products of a layer apart: their layouts differ, and so does their speed.
 torch::Tensor chosen_mm(const char* site, const torch::Tensor& a, const torch::Tensor& b) {
+  check_mm_bits(site, a, b);
   torch::Tensor out;
   with_chosen_threads(site, a.size(0), a.size(1), b.size(1), [&] { out = torch::mm(a, b); });
   return out;
@@ -123,6 +142,7 @@ struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
         if (!dx.defined()) {
           dx = chosen_mm("linear.input_grad", dy, w);
         } else {
+          check_mm_bits("linear.input_grad_sum", dy, w);
           with_chosen_threads("linear.input_grad_sum", dy.size(0), dy.size(1), w.size(1), [&] { dx.addmm_(dy, w); });
         }
       }
@@ -130,6 +150,7 @@ struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
       if (accumulates_in_place(w)) {
         auto g = w.grad();
         // An undefined gradient for w: autograd then skips its AccumulateGrad, the sum is done.
+        check_mm_bits("linear.weight_grad_in_place", dy.t(), x2);
         with_chosen_threads("linear.weight_grad_in_place", dy.size(1), dy.size(0), x2.size(1),
                             [&] { g.addmm_(dy.t(), x2); });
       } else {

@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include <ATen/Functions.h>
 #include <omp.h>
 
 namespace titan {
@@ -32,6 +33,7 @@ bool enabled_from_env() {
 }
 
 std::atomic<bool> g_enabled{enabled_from_env()};
+std::atomic<int> g_forced{-1};
 
 bool periodic_from_env() {
   const char* v = std::getenv("TITAN_THREAD_CHOICE");
@@ -63,6 +65,31 @@ void set_intra_op_threads(int n) { omp_set_num_threads(n); }
 
 void set_thread_choice_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 bool thread_choice_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void set_thread_choice_forced(int variant) { g_forced.store(variant, std::memory_order_relaxed); }
+int thread_choice_forced() { return g_forced.load(std::memory_order_relaxed); }
+
+ThreadChoiceState* thread_bits_check_due(const char* site, int64_t a, int64_t b, int64_t c) {
+  if (at::get_num_threads() <= 1 || at::in_parallel_region() || !thread_choice_enabled()) return nullptr;
+  ThreadChoiceState& s = thread_choice_state(site, a, b, c);
+  if (s.bits_checked) return nullptr;
+  s.bits_checked = true;
+  return &s;
+}
+
+void pin_unless_same_bits(ThreadChoiceState& s, const std::function<at::Tensor()>& probe) {
+  const int full = at::get_num_threads();
+  at::Tensor one;
+  {
+    struct Restore {
+      int n;
+      ~Restore() { set_intra_op_threads(n); }
+    } restore{full};
+    set_intra_op_threads(1);
+    one = probe();
+  }
+  s.pinned = !at::equal(one, probe());
+}
 
 bool thread_choice_periodic_retries() {
   static const bool on = periodic_from_env();

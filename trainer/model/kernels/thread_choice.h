@@ -18,18 +18,25 @@
 // Retries of all threads stay on the back-off: their trials' best is what a load burst
 // spoils. The retries cost a few calls early on and almost nothing later.
 //
-// Results do not depend on the choice: every kernel routed here computes each output
-// element on one thread in a fixed order (OpenBLAS splits M and N, never K), so a choice
-// changes speed only; the parity tests pin that down. This holds for the BLAS launch/setup
-// installs (Debian's OpenMP build of OpenBLAS, whose GEMM threads follow omp_set_num_threads):
-// a pthreads OpenBLAS ignores the one-thread setting, and a BLAS that splits K (MKL can)
-// would make the bits depend on the choice.
+// Results do not depend on the choice. The fused kernels routed here compute each output
+// element on one thread in a fixed order, so for them a choice changes speed only. OpenBLAS's
+// GEMMs need not: on a Zen 4 host (0.3.21 runs its Haswell kernels there) a float GEMM of
+// 128 x 128 x 256 or larger gave other bits on 2 threads than on 1, 3 or 4 (the 2-thread split
+// moves which rows the kernel's edge code computes), while on the hosts of earlier sessions
+// a test comparing the choice on and off found the same bits. So a GEMM site checks before
+// its first timed call (linear_kernel.cpp's check_mm_bits, through pin_unless_same_bits): the
+// same product on random operands of the same shapes and layout, on one thread and on all; if
+// the two differ the (site, shape) stays on all threads for good, the bits of a run with the
+// choice off. A pthreads OpenBLAS ignores the one-thread setting
+// (both variants then run alike).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 namespace titan {
 
@@ -45,6 +52,8 @@ struct ThreadChoiceState {
   int64_t until_retry = kThreadChoiceFirstRetry;  // calls of the kept variant before a retry
   double kept_best = 1e300;  // the kept variant's fastest time since the decision or last retry
   bool retry_may_win = true;  // false while all threads are kept and beat one thread's best
+  bool bits_checked = false;
+  bool pinned = false;  // all threads for good: one thread gave other bits (pin_unless_same_bits)
 };
 
 // This thread's state for (site, a, b, c); site is a string literal (compared by address).
@@ -62,6 +71,15 @@ bool thread_choice_periodic_retries();
 // three shape numbers, the best times of both variants, the one kept): to check on a quiet
 // host whether a site the timing put on one thread should have had all of them.
 void log_thread_choice(const char* site, int64_t a, int64_t b, int64_t c, const ThreadChoiceState& s);
+// Tests: 0 or 1 runs every unpinned site on that variant (one thread / all), untimed; -1 times.
+void set_thread_choice_forced(int variant);
+int thread_choice_forced();
+
+// The state of (site, a, b, c) if its bit check is still due (marking it done), else null:
+// none is due with one intra-op thread, inside a parallel region or with the choice off.
+ThreadChoiceState* thread_bits_check_due(const char* site, int64_t a, int64_t b, int64_t c);
+// Runs probe() on one thread and on all; pins s to all threads if the results differ bit for bit.
+void pin_unless_same_bits(ThreadChoiceState& s, const std::function<at::Tensor()>& probe);
 
 // Runs f() on one thread or on all of them, as chosen for (site, a, b, c).
 template <typename F>
@@ -72,10 +90,17 @@ void with_chosen_threads(const char* site, int64_t a, int64_t b, int64_t c, F&& 
     return;
   }
   ThreadChoiceState& s = thread_choice_state(site, a, b, c);
+  if (s.pinned) {
+    f();
+    return;
+  }
+  const int forced = thread_choice_forced();
   // The first call of a shape warms caches and the allocator: run it, time nothing.
-  const bool timing = s.decided >= 0 || s.seen++ > 0;
-  const bool retry = s.decided >= 0 && --s.until_retry < 0 && (s.retry_may_win || thread_choice_periodic_retries());
-  const int variant = s.decided >= 0 ? (retry ? 1 - s.decided : s.decided) : (s.trials[0] <= s.trials[1] ? 0 : 1);
+  const bool timing = forced < 0 && (s.decided >= 0 || s.seen++ > 0);
+  const bool retry = timing && s.decided >= 0 && --s.until_retry < 0 && (s.retry_may_win || thread_choice_periodic_retries());
+  const int variant = forced >= 0 ? forced
+                      : s.decided >= 0 ? (retry ? 1 - s.decided : s.decided)
+                                       : (s.trials[0] <= s.trials[1] ? 0 : 1);
   struct Restore {
     int n;
     bool on;
