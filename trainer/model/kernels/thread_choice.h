@@ -21,13 +21,13 @@
 // Results do not depend on the choice. The fused kernels routed here compute each output
 // element on one thread in a fixed order, so for them a choice changes speed only. OpenBLAS's
 // GEMMs need not: on a Zen 4 host (0.3.21 runs its Haswell kernels there) float GEMMs of
-// 128 x 128 x 256 and larger gave other bits on 2 threads than on 1, 3 or 4 (the 2-thread
-// split moves which rows the kernel's edge code computes), while on the hosts of earlier sessions
-// a test comparing the choice on and off found the same bits. So a GEMM site checks before
-// its first timed call (linear_kernel.cpp's check_mm_bits, through pin_unless_same_bits): the
-// same product on random operands of the same shapes and layout, on one thread and on all; if
-// the two differ the (site, shape) stays on all threads for good, the bits of a run with the
-// choice off. A pthreads OpenBLAS ignores the one-thread setting
+// 128 x 128 x 256 and larger gave other bits on 2 threads than on 1 (1, 3 and 4 agreed at
+// 512^3: the 2-thread split moves which rows the kernel's edge code computes), while on the
+// hosts of earlier sessions a test comparing the choice on and off found the same bits. So a
+// GEMM site checks before its first timed call (linear_kernel.cpp's check_mm_bits, through
+// pin_unless_same_bits): the same product on random operands of the same shapes and layout,
+// on one thread and on all; if the two differ the (site, shape) stays on all threads for good,
+// the bits of a run with the choice off. A pthreads OpenBLAS ignores the one-thread setting
 // (both variants then run alike).
 #pragma once
 
