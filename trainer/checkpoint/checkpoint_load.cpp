@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -63,11 +61,8 @@ void Checkpointer::load(const std::string& dir, bool model_only) { try_load(dir,
 
 std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir, bool model_only) {
   auto st = std::make_unique<Staged>();
-  std::ifstream f(fs::path(dir) / "COMPLETE");
-  TITAN_CHECK(f.good(), dir, ": no COMPLETE marker (the save did not finish)");
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const double t0 = now_s();
-  const CompleteMarker marker = parse_complete_marker(text, dir + "/COMPLETE");
+  const CompleteMarker marker = read_complete_marker(dir);
   CheckpointReader reader(dir, marker.rank_files, marker.rank_file_bytes);
   const CheckpointMeta& m = reader.meta();
   const std::string mine = model_args_json(trainer_.model_args());

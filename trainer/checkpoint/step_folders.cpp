@@ -84,11 +84,8 @@ std::vector<fs::path> tmp_save_folders(const std::string& folder) {
 // A tmp folder whose marker is written and whose rank files all have the sizes it lists: the
 // commit that made it stopped after its marker, before (or while) it replaced step-N.
 bool holds_whole_save(const fs::path& dir) {
-  std::ifstream f(dir / "COMPLETE");
-  if (!f) return false;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   try {
-    const CompleteMarker m = parse_complete_marker(text, (dir / "COMPLETE").string());
+    const CompleteMarker m = read_complete_marker(dir.string());
     for (size_t i = 0; i < m.rank_files.size(); ++i) {
       std::error_code ec;
       const auto bytes = fs::file_size(dir / m.rank_files[i], ec);
@@ -133,6 +130,13 @@ bool is_model_only(const std::string& dir) {
   std::ifstream f(fs::path(dir) / "COMPLETE");
   nlohmann::json marker = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
   return marker.is_object() && marker.value("model_only", false);
+}
+
+CompleteMarker read_complete_marker(const std::string& dir) {
+  std::ifstream f(fs::path(dir) / "COMPLETE");
+  TITAN_CHECK(f.good(), dir, ": no COMPLETE marker (the save did not finish)");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_complete_marker(text, dir + "/COMPLETE");
 }
 
 CompleteMarker parse_complete_marker(const std::string& text, const std::string& where) {

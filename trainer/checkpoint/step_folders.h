@@ -43,6 +43,8 @@ struct CompleteMarker {
   std::vector<int64_t> rank_file_bytes;  // -1: unknown
 };
 CompleteMarker parse_complete_marker(const std::string& text, const std::string& where);
+// dir/COMPLETE read and parsed; an Error naming dir if it is missing or malformed.
+CompleteMarker read_complete_marker(const std::string& dir);
 
 // Creates the folder if needed and writes (then removes) a probe file; a config error naming the
 // folder when it cannot be written, so a bad checkpoint.folder fails at start, not at a save.
