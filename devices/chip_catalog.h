@@ -96,6 +96,11 @@ struct ChipSpec {
   // (XLA's output fusion). false (GPUs): torch.compile without max-autotune runs matmuls as
   // cuBLAS calls that take no epilogue, so the chain is a fused kernel of its own.
   bool compiled_fuses_matmul_epilogue = true;
+  // Compiled mode compiles the whole step (XLA: a jitted train step, PyTorch/XLA's step graph).
+  // false (GPUs): TorchTitan applies torch.compile to each transformer block; the embedding,
+  // final norm, output projection and loss, FSDP2's casts, gradient clipping and the optimizer
+  // step run eagerly (OpDesc::outside_blocks).
+  bool compiled_covers_step = true;
 
   // Per-op overhead on a host CPU (measured for the cpu device; 0 elsewhere):
   // an op that runs a kernel (dispatch, output allocation, autograd node, its backward), and a

@@ -89,6 +89,7 @@ const std::vector<Field>& fields() {
       {"dispatch", "separate_collective_launch", Dim::kSeconds,
        &ChipSpec::separate_collective_launch_s},
       {"dispatch", "compiled_fuses_matmul_epilogue", Dim::kCount, &ChipSpec::compiled_fuses_matmul_epilogue},
+      {"dispatch", "compiled_covers_step", Dim::kCount, &ChipSpec::compiled_covers_step},
   };
   return f;
 }

@@ -332,10 +332,16 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
   std::vector<Kernel>& out = *kernels;
   out.clear();
   const ExecutionOverheads& o = overheads_;
+  // An op outside the blocks of a compiler that covers only them runs as eager runs it.
+  auto eager_here = [&](const OpDesc& op) { return o.outside_blocks_eager && op.outside_blocks; };
+  auto fuses = [&](const OpDesc& op) { return o.fuse_elementwise && fusable(op.kind) && !eager_here(op); };
   size_t i = 0;
   while (i < ops.size()) {
     const OpDesc& op = *ops[i];
-    if (!o.fuse_elementwise || !fusable(op.kind)) {
+    if (!fuses(op)) {
+      const bool eager = eager_here(op);
+      const double host_s = eager ? o.outside_host_per_op_s
+                            : op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       Kernel k;
       k.category = op_kind_name(op.kind);
       const KernelTime kt = kernel_time(op);
@@ -343,7 +349,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.memory_s = kt.memory_s;
       k.exec_s = combine(kt.compute_s, kt.memory_s);
       k.basis = basis_of(op, kt);
-      k.host_s = op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
+      k.host_s = host_s;
       k.ops = 1;
       k.lead = &op.name;
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
@@ -352,7 +358,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       else k.flops = op.flops;
       k.bytes = op.bytes_read + op.bytes_written;
       // Views launch nothing on the device; eager still dispatches them on the host.
-      k.launch_s = op.kind == OpKind::kView ? 0 : o.launch_per_kernel_s;
+      k.launch_s = op.kind == OpKind::kView ? 0 : eager ? o.outside_launch_per_kernel_s : o.launch_per_kernel_s;
       out.push_back(k);
       ++i;
       continue;
@@ -364,7 +370,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
     int64_t real_ops = 0;
     bool has_reduction = false;
     size_t j = i;
-    for (; j < ops.size() && fusable(ops[j]->kind); ++j) {
+    for (; j < ops.size() && fuses(*ops[j]); ++j) {
       const OpDesc& f = *ops[j];
       k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       ++k.ops;

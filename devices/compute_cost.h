@@ -57,6 +57,10 @@ struct OpDesc {
   MatmulShape mm;             // kMatmul
   AttentionShape attn;        // kAttention
   int64_t dtype_bytes = 2;    // element size of the compute dtype
+  // Recorded outside the model's transformer blocks (embedding, final norm, output and loss,
+  // FSDP's casts, gradient clipping, the optimizer step; their backward too). A compiler that
+  // covers only the blocks (ChipSpec::compiled_covers_step false) runs these eagerly.
+  bool outside_blocks = false;
   std::vector<TensorUse> reads, writes;
   // Data flow, filled by Trace::compute: the op's position among the step's ops; per read,
   // the position of the op that wrote it (-1: written before the step or by no recorded
@@ -118,6 +122,10 @@ struct ExecutionOverheads {
   bool async = true;              // the host runs ahead of the device (accelerators)
   bool fuse_elementwise = false;
   bool fuse_epilogue = false;     // elementwise chain after a matmul folds into it
+  // Ops outside the model's blocks (OpDesc::outside_blocks) run eagerly at these costs, unfused
+  // (compiled mode where the compiler covers only the blocks: torch.compile per block).
+  bool outside_blocks_eager = false;
+  double outside_host_per_op_s = 0, outside_launch_per_kernel_s = 0;
 };
 ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode);
 

@@ -59,6 +59,11 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
       break;
   }
   o.host_per_view_s = o.host_per_op_s;
+  if (mode == ExecutionMode::kCompiled && !chip.compiled_covers_step) {
+    o.outside_blocks_eager = true;
+    o.outside_host_per_op_s = chip.eager_host_per_op_s;
+    o.outside_launch_per_kernel_s = chip.eager_launch_s;
+  }
   return o;
 }
 

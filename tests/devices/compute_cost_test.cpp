@@ -130,6 +130,39 @@ TEST(ComputeCost, CompiledFoldsEpilogueIntoMatmulWhereTheCompilerDoes) {
   EXPECT_EQ(k[1].bytes, 2 * out);
 }
 
+TEST(ComputeCost, TorchCompilePerBlockLeavesTheRestOfTheStepEager) {
+  // Three pointwise ops in a block, then three outside (an optimizer's update).
+  const int64_t mb = 1 << 20;
+  std::vector<OpDesc> ops;
+  for (int i = 0; i < 6; ++i) {
+    ops.push_back(pointwise_op("aten::mul", OpKind::kElementwise, 2 * mb, mb));
+    ops.back().outside_blocks = i >= 3;
+  }
+  // torch.compile per block (GPU): the block's chain is one kernel; the ops after it run one by
+  // one at eager's host and launch costs, each reading and writing HBM.
+  const ChipSpec& h100 = find_chip("h100");
+  EXPECT_FALSE(h100.compiled_covers_step);
+  auto k = ComputeModel(h100, ExecutionMode::kCompiled).lower(ops);
+  ASSERT_EQ(k.size(), 4u);
+  EXPECT_EQ(k[0].ops, 3);
+  EXPECT_EQ(k[0].launch_s, h100.compiled_launch_s);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(k[i].ops, 1);
+    EXPECT_EQ(k[i].bytes, 3 * mb);
+    EXPECT_EQ(k[i].host_s, h100.eager_host_per_op_s);
+    EXPECT_EQ(k[i].launch_s, h100.eager_launch_s);
+  }
+  // Eager and defer_and_fuse treat both halves alike: 6 kernels, and one chain of 6.
+  EXPECT_EQ(ComputeModel(h100, ExecutionMode::kEager).lower(ops).size(), 6u);
+  EXPECT_EQ(ComputeModel(h100, ExecutionMode::kDeferAndFuse).lower(ops).size(), 1u);
+  // XLA (TPU) compiles the whole step: one chain of 6.
+  const ChipSpec& v7 = find_chip("tpu-v7");
+  EXPECT_TRUE(v7.compiled_covers_step);
+  k = ComputeModel(v7, ExecutionMode::kCompiled).lower(ops);
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].ops, 6);
+}
+
 TEST(ComputeCost, CpuAddsMathAndMemoryAndStreamsSmallOpsFromCache) {
   CpuCalibration cal;
   cal.sgemm_flops = 1e11;

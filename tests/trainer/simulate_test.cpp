@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +71,32 @@ TEST(Simulate, ActivationCheckpointRecomputesAttention) {
   RecordedStep full = record_step(sim_config({"--activation_checkpoint.mode", "full"}));
   EXPECT_EQ(full.op_counts["titan::attention"], 8);  // forward + recompute
   EXPECT_EQ(full.op_counts["titan::attention_backward"], 4);
+}
+
+// What torch.compile per block leaves eager (OpDesc::outside_blocks): the blocks' matmuls and
+// attention forward, recompute and backward are inside; the output head, the loss, FSDP's
+// casts and the optimizer step are outside.
+TEST(Simulate, BlocksAreToldFromTheRestOfTheStep) {
+  for (const char* ac : {"none", "full"}) {
+    RecordedStep rec = record_step(sim_config({"--activation_checkpoint.mode", ac}));
+    std::map<std::string, int64_t> inside, outside;
+    for (const auto& e : rec.trace.events())
+      if (e.type == devices::TraceEvent::Type::kCompute) (e.op.outside_blocks ? outside : inside)[e.op.name]++;
+    const int64_t recompute = std::string(ac) == "full" ? 1 : 0;
+    EXPECT_EQ(inside["aten::mm"], (3 + recompute) * 7 * 4) << ac;
+    EXPECT_EQ(outside["aten::mm"], 3) << ac;  // output head forward, input and weight gradients
+    EXPECT_EQ(inside["titan::attention"], (1 + recompute) * 4) << ac;
+    EXPECT_EQ(inside["titan::attention_backward"], 4) << ac;
+    EXPECT_EQ(outside.count("titan::attention") + outside.count("titan::attention_backward"), 0u) << ac;
+    // The autograd engine's own ops between a block's nodes (summing a tensor's gradients from
+    // its uses, reducing the norms' weight gradients to their shape) belong to the block.
+    EXPECT_GT(inside["aten::add"], 2 * 4 * (1 + recompute)) << ac;  // more than the residual adds
+    EXPECT_GT(inside["aten::sum"], 0) << ac;
+    EXPECT_GT(outside["aten::addcdiv_"], 0) << ac;  // AdamW
+    EXPECT_EQ(inside.count("aten::addcdiv_"), 0u) << ac;
+    EXPECT_GT(outside["aten::_log_softmax"], 0) << ac;
+    EXPECT_EQ(inside.count("aten::_log_softmax"), 0u) << ac;
+  }
 }
 
 TEST(Simulate, FusedNeverSlowerThanSeparate) {

@@ -262,6 +262,9 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::Tens
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  // Profiling annotation only: the simulator tells the block's ops from the rest of the step by
+  // it (kBlockScope, trainer/simulate/trace_recorder.h), for compilers that cover only blocks.
+  RECORD_FUNCTION("titan::block", std::vector<c10::IValue>());
   auto h = x + attention(attention_norm(x), rope);
   return h + feed_forward(ffn_norm(h));
 }

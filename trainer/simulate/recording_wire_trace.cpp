@@ -6,8 +6,8 @@ namespace titan::wire {
 // A field added to one of these structs must be carried here too (or the recorder processes
 // would drop it silently): each size is checked, so that such a change stops the build here.
 static_assert(
-    sizeof(devices::OpDesc) == 264 && sizeof(devices::CollectiveDesc) == 80 &&
-        sizeof(devices::TraceEvent) == 360 && sizeof(devices::Trace) == 160,
+    sizeof(devices::OpDesc) == 272 && sizeof(devices::CollectiveDesc) == 80 &&
+        sizeof(devices::TraceEvent) == 368 && sizeof(devices::Trace) == 160,
     "devices::Trace changed: carry the new fields in recording_wire_trace.cpp, then update these sizes");
 static_assert(sizeof(SimCollectiveEvent) == 136,
               "SimCollectiveEvent changed: carry the new fields in recording_wire_trace.cpp, then update its size");
@@ -32,6 +32,7 @@ void put_op(Writer& w, const devices::OpDesc& op) {
   for (int64_t v : {a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim}) w.i64(v);
   w.pod(a.causal), w.pod(a.backward);
   w.i64(op.dtype_bytes);
+  w.pod(op.outside_blocks);
   put_uses(w, op.reads);
   put_uses(w, op.writes);
 }
@@ -47,6 +48,7 @@ devices::OpDesc get_op(Reader& r) {
     *v = r.i64();
   a.causal = r.pod<bool>(), a.backward = r.pod<bool>();
   op.dtype_bytes = r.i64();
+  op.outside_blocks = r.pod<bool>();
   op.reads = get_uses(r);
   op.writes = get_uses(r);
   return op;

@@ -4,8 +4,10 @@
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -59,6 +61,10 @@ std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
 // backward node takes that the recording never saw is one of them (add_late_write).
 int64_t unseen_grads_writer = -1;
 uint64_t unseen_grads_thread = 0;
+// kBlockScope's forward calls: on thread `first`, autograd nodes with sequence numbers in
+// [second, value) belong to a transformer block, and so does their backward.
+std::map<std::pair<uint64_t, int64_t>, int64_t> block_intervals;
+std::atomic<uint64_t> recordings{0};  // recorders made so far: what a thread noted before is stale
 
 }  // namespace
 
@@ -77,6 +83,7 @@ namespace {
 // The op as far as its inputs tell; bytes_written is filled at the end from the outputs.
 struct Frame : public at::ObserverContext {
   Frame* parent = nullptr;
+  uint64_t serial = 0;           // this thread's count of frames at its entry (never reused)
   bool has_child = false;
   bool suppressed = false;       // inside an attention scope or an attention backward node
   bool suppress_children = false;
@@ -84,6 +91,8 @@ struct Frame : public at::ObserverContext {
   bool is_view = false;          // a metadata-only op (view_ops)
   bool kernel = false;           // a scope kept as one kernel (attention, a fused kernel)
   bool kept = false;             // inside kKeptOutputScope: a reused output, no forward work
+  bool in_block = false;         // inside kBlockScope, or the backward of a node made there
+  bool block = false;            // kBlockScope itself (thread and seq_lo: its interval)
   std::vector<devices::TensorUse> kept_inputs;  // what a kept-output scope given inputs touches
   uint64_t thread = 0;
   int64_t seq_lo = 0;
@@ -97,10 +106,22 @@ struct Frame : public at::ObserverContext {
 };
 
 thread_local Frame* top = nullptr;
+thread_local uint64_t frames_entered = 0;
+// The autograd engine's own ops between two nodes (summing the gradients a tensor receives
+// from its uses, reducing a gradient to a broadcast input's shape) run in no node's frame;
+// they belong where the node whose outputs they take does. The last node to return on this
+// thread (in this recording): the serial of the frame it ran in (0: none) and whether it was a
+// block's.
+thread_local struct {
+  uint64_t recording = 0;
+  uint64_t enclosing = 0;
+  bool in_block = false;
+} last_node;
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
   f->parent = top;
+  f->serial = ++frames_entered;
   const std::string name = fn.name();
   const bool query = query_op(name);
   f->is_view = view_ops().count(name) > 0;
@@ -109,6 +130,23 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     if (counts_as_child(name) || top->is_view) top->has_child = true;
     f->suppressed = top->suppressed || top->suppress_children;
     f->kept = top->kept;
+    f->in_block = top->in_block;
+  }
+  const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+  if (!node && last_node.recording == recordings.load() && last_node.enclosing == (top ? top->serial : 0) &&
+      torch::autograd::get_current_graph_task_exec_info() != nullptr)
+    f->in_block = last_node.in_block;
+  if (name == kBlockScope) {
+    f->in_block = f->block = true;
+    f->thread = fn.threadId();
+    f->seq_lo = at::sequence_number::peek();
+  } else if (node && fn.seqNr() >= 0 && !f->in_block) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = block_intervals.upper_bound({fn.forwardThreadId(), fn.seqNr()});
+    if (it != block_intervals.begin()) {
+      --it;
+      f->in_block = it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second;
+    }
   }
   f->kept = f->kept || name == kKeptOutputScope;
   // A reused op that opens no kernel scope of its own (a zero-bubble pipeline's
@@ -185,11 +223,12 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 
 // The metadata-only op a reused output leaves in place of the op it skipped, reading each of
 // that op's inputs once (on_exit says why). Called with `mu` held.
-void add_kept_output_touch(const std::vector<devices::TensorUse>& inputs) {
+void add_kept_output_touch(const std::vector<devices::TensorUse>& inputs, bool in_block) {
   if (!active || inputs.empty()) return;
   OpDesc touch;
   touch.name = kKeptOutputScope;
   touch.kind = OpKind::kView;
+  touch.outside_blocks = !in_block;
   for (const devices::TensorUse& u : inputs)
     if (std::none_of(touch.reads.begin(), touch.reads.end(), [&](const devices::TensorUse& r) { return r.id == u.id; }))
       touch.reads.push_back(u);
@@ -217,17 +256,29 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto* f = static_cast<Frame*>(ctx);
   if (!f) return;
   top = f->parent;
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION)
+    last_node = {recordings.load(), f->parent ? f->parent->serial : 0, f->in_block};
   if (f->emits_backward) {
     std::lock_guard<std::mutex> lock(mu);
     if (!active) return;
     bool writes = false;
-    for (const OpDesc& d : f->kernel_backward) active->add_compute(d), writes |= !d.writes.empty();
+    for (OpDesc& d : f->kernel_backward) {
+      d.outside_blocks = !f->in_block;
+      active->add_compute(d);
+      writes |= !d.writes.empty();
+    }
     // A stand-in named its gradients; composite nodes inside the scope made them unseen.
     unseen_grads_writer = writes ? -1 : static_cast<int64_t>(active->trace().compute_ops()) - 1;
     unseen_grads_thread = fn.threadId();
     return;
   }
   if (std::strcmp(fn.name(), kFusedKernelGradsScope) == 0) return add_kernel_grads(fn, f->parent);
+  if (f->block) {
+    std::lock_guard<std::mutex> lock(mu);
+    const int64_t hi = at::sequence_number::peek();
+    if (hi > f->seq_lo) block_intervals[{f->thread, f->seq_lo}] = hi;
+    return;
+  }
   if (f->kernel) {
     if (!f->kernel_forward.empty()) add_uses_of_outputs(fn, &f->kernel_forward.back().writes);
     std::lock_guard<std::mutex> lock(mu);
@@ -237,7 +288,10 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = std::move(iv);
     if (!active) return;
     if (!f->kept) {
-      for (const OpDesc& d : f->kernel_forward) active->add_compute(d);
+      for (OpDesc& d : f->kernel_forward) {
+        d.outside_blocks = !f->in_block;
+        active->add_compute(d);
+      }
       return;
     }
     // A reused output (op-level activation checkpointing's recompute) ran no kernel; the
@@ -247,12 +301,12 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     // their first use. One metadata-only op reads them (what any of the kernel's ops read).
     std::vector<devices::TensorUse> reads;
     for (const OpDesc& d : f->kernel_forward) reads.insert(reads.end(), d.reads.begin(), d.reads.end());
-    add_kept_output_touch(reads);
+    add_kept_output_touch(reads, f->in_block);
     return;
   }
   if (!f->kept_inputs.empty()) {
     std::lock_guard<std::mutex> lock(mu);
-    add_kept_output_touch(f->kept_inputs);
+    add_kept_output_touch(f->kept_inputs, f->in_block);
     return;
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
@@ -280,6 +334,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     d.reads = std::move(reads);
   }
   d.writes = std::move(writes);
+  d.outside_blocks = !f->in_block;
   std::lock_guard<std::mutex> lock(mu);
   if (active) active->add_compute(d);
 }
@@ -295,6 +350,8 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     intervals.clear();
+    block_intervals.clear();
+    ++recordings;
     unseen_grads_writer = -1;
   }
   forget_storages();
@@ -321,6 +378,7 @@ TraceRecorder::~TraceRecorder() {
   active = nullptr;
   set_meta_records_fused_kernels(false);
   intervals.clear();
+  block_intervals.clear();
 }
 
 const devices::Trace& TraceRecorder::finish() {

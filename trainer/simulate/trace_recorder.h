@@ -22,6 +22,11 @@ namespace titan {
 // expansion. The recorder costs the scope as one flash-attention kernel, and the backward
 // nodes autograd created inside it as one flash-attention backward kernel.
 constexpr const char* kAttentionScope = "titan::attention";
+// Name of the profiling scope around each transformer block's forward (the model opens it inside
+// every wrapper: FSDP's gathers and activation checkpointing stay outside). Ops recorded
+// elsewhere, and the backward of nodes made elsewhere, are OpDesc::outside_blocks: what
+// torch.compile per block leaves eager.
+constexpr const char* kBlockScope = "titan::block";
 
 // Communicator names of the trainer's mesh -> group names devices::Placement knows.
 std::string placement_group(const std::string& communicator_name);
