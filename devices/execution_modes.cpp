@@ -1,11 +1,21 @@
-// Execution modes (eager, defer_and_fuse, compiled): their names and what each costs per op
-// and per kernel on a chip. Used by ComputeModel (compute_cost.cpp) and the step simulator.
+// Execution modes (eager, defer_and_fuse, compiled): their names, what each costs per op and
+// per kernel on a chip, and how each lowers the recorded ops to kernels (fusion). Used by
+// ComputeModel (compute_cost.cpp) and the step simulator.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "devices/compute_cost.h"
 
 namespace titan::devices {
+namespace {
+
+bool fusable(OpKind k) {
+  return k == OpKind::kElementwise || k == OpKind::kReduction || k == OpKind::kView;
+}
+
+}  // namespace
 
 const char* execution_name(ExecutionMode m) {
   switch (m) {
@@ -65,6 +75,133 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
     o.outside_launch_per_kernel_s = chip.eager_launch_s;
   }
   return o;
+}
+
+// HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
+// With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
+// it (and not from the epilogue's accumulators), and written if an op after the kernel reads
+// it (saved for backward, the residual stream) or none in the step does (parameters, the
+// optimizer's state). Without it (synthetic traces), each op is assumed to consume its
+// predecessor's output in registers and only the chain's last output is written:
+//   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
+                                 const OpDesc* mm) const {
+  bool flow = true;
+  for (size_t x = i; x < j; ++x)
+    flow &= ops[x]->kind == OpKind::kView ||
+            (ops[x]->index >= 0 && !(ops[x]->reads.empty() && ops[x]->writes.empty()));
+  double reads = 0, writes = 0;
+  if (flow) {
+    const int64_t first = ops[i]->index, last = ops[j - 1]->index;
+    thread_local std::vector<int64_t> seen;  // a replay asks for thousands of chains: reused
+    seen.clear();
+    for (size_t x = i; x < j; ++x) {
+      const OpDesc& f = *ops[x];
+      if (f.kind == OpKind::kView) continue;
+      for (size_t r = 0; r < f.reads.size(); ++r) {
+        const int64_t from = f.read_from[r];
+        if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
+        if (std::find(seen.begin(), seen.end(), f.reads[r].id) != seen.end()) continue;
+        seen.push_back(f.reads[r].id);
+        reads += static_cast<double>(f.reads[r].bytes);
+      }
+      for (size_t w = 0; w < f.writes.size(); ++w)
+        if (f.last_read_by[w] < 0 || f.last_read_by[w] > last)
+          writes += static_cast<double>(f.writes[w].bytes);
+    }
+    return reads + writes;
+  }
+  int64_t prev_written = -1;
+  for (size_t x = i; x < j; ++x) {
+    const OpDesc& f = *ops[x];
+    if (f.kind == OpKind::kView) continue;
+    reads += prev_written < 0 ? static_cast<double>(f.bytes_read)
+                              : std::max<double>(0, static_cast<double>(f.bytes_read - prev_written));
+    prev_written = f.bytes_written;
+    writes = static_cast<double>(f.bytes_written);
+  }
+  if (mm) reads = std::max(0.0, reads - static_cast<double>(mm->bytes_written));
+  return reads + writes;
+}
+
+std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
+  std::vector<const OpDesc*> at;
+  for (const OpDesc& op : ops) at.push_back(&op);
+  std::vector<Kernel> out;
+  lower(at, &out);
+  return out;
+}
+
+void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kernel>* kernels) const {
+  std::vector<Kernel>& out = *kernels;
+  out.clear();
+  const ExecutionOverheads& o = overheads_;
+  // An op outside the blocks of a compiler that covers only them runs as eager runs it.
+  auto eager_here = [&](const OpDesc& op) { return o.outside_blocks_eager && op.outside_blocks; };
+  auto fuses = [&](const OpDesc& op) { return o.fuse_elementwise && fusable(op.kind) && !eager_here(op); };
+  size_t i = 0;
+  while (i < ops.size()) {
+    const OpDesc& op = *ops[i];
+    if (!fuses(op)) {
+      const bool eager = eager_here(op);
+      const double host_s = eager ? o.outside_host_per_op_s
+                            : op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
+      Kernel k;
+      k.category = op_kind_name(op.kind);
+      const KernelTime kt = kernel_time(op);
+      k.compute_s = kt.compute_s;
+      k.memory_s = kt.memory_s;
+      k.exec_s = combine(kt.compute_s, kt.memory_s);
+      k.basis = basis_of(op, kt);
+      k.host_s = host_s;
+      k.ops = 1;
+      k.lead = &op.name;
+      if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
+      else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
+        k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
+      else k.flops = op.flops;
+      k.bytes = op.bytes_read + op.bytes_written;
+      // Views launch nothing on the device; eager still dispatches them on the host.
+      k.launch_s = op.kind == OpKind::kView ? 0 : eager ? o.outside_launch_per_kernel_s : o.launch_per_kernel_s;
+      out.push_back(k);
+      ++i;
+      continue;
+    }
+    // A chain of fusable ops becomes one kernel.
+    Kernel k;
+    k.category = "elementwise";
+    double flops = 0;
+    int64_t real_ops = 0;
+    bool has_reduction = false;
+    size_t j = i;
+    for (; j < ops.size() && fuses(*ops[j]); ++j) {
+      const OpDesc& f = *ops[j];
+      k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
+      ++k.ops;
+      if (f.kind == OpKind::kView) continue;
+      if (!k.lead) k.lead = &f.name;
+      ++real_ops;
+      has_reduction |= f.kind == OpKind::kReduction;
+      flops += f.flops;
+    }
+    if (has_reduction) k.category = "reduction";
+    // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
+    // matmul's accumulators, not from HBM, and needs no launch of its own.
+    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
+                           ? ops[i - 1] : nullptr;
+    const double bytes = fused_bytes(ops, i, j, mm);
+    k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
+    k.memory_s = memory_s(bytes);
+    k.exec_s = combine(k.compute_s, k.memory_s);
+    k.basis = real_ops == 0 ? CostBasis::kNone
+              : k.memory_s >= k.compute_s ? CostBasis::kMemory : CostBasis::kVector;
+    k.bytes = static_cast<int64_t>(bytes);
+    k.flops = flops;
+    k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
+    k.chain = real_ops > 1;
+    out.push_back(k);
+    i = j;
+  }
 }
 
 }  // namespace titan::devices

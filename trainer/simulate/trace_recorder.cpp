@@ -4,10 +4,8 @@
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
-#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -20,6 +18,8 @@
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
+#include "trainer/simulate/block_membership.h"
+#include "trainer/simulate/late_writes.h"
 #include "trainer/simulate/recorded_op_desc.h"
 #include "trainer/simulate/recorded_op_kinds.h"
 #include "trainer/simulate/storage_ids.h"
@@ -61,10 +61,6 @@ std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
 // backward node takes that the recording never saw is one of them (add_late_write).
 int64_t unseen_grads_writer = -1;
 uint64_t unseen_grads_thread = 0;
-// kBlockScope's forward calls: on thread `first`, autograd nodes with sequence numbers in
-// [second, value) belong to a transformer block, and so does their backward.
-std::map<std::pair<uint64_t, int64_t>, int64_t> block_intervals;
-std::atomic<uint64_t> recordings{0};  // recorders made so far: what a thread noted before is stale
 
 }  // namespace
 
@@ -107,16 +103,6 @@ struct Frame : public at::ObserverContext {
 
 thread_local Frame* top = nullptr;
 thread_local uint64_t frames_entered = 0;
-// The autograd engine's own ops between two nodes (summing the gradients a tensor receives
-// from its uses, reducing a gradient to a broadcast input's shape) run in no node's frame;
-// they belong where the node whose outputs they take does. The last node to return on this
-// thread (in this recording): the serial of the frame it ran in (0: none) and whether it was a
-// block's.
-thread_local struct {
-  uint64_t recording = 0;
-  uint64_t enclosing = 0;
-  bool in_block = false;
-} last_node;
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
@@ -133,20 +119,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->in_block = top->in_block;
   }
   const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
-  if (!node && last_node.recording == recordings.load() && last_node.enclosing == (top ? top->serial : 0) &&
-      torch::autograd::get_current_graph_task_exec_info() != nullptr)
-    f->in_block = last_node.in_block;
+  if (!node) block_membership::engine_op_after_node(top ? top->serial : 0, &f->in_block);
   if (name == kBlockScope) {
     f->in_block = f->block = true;
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if (node && fn.seqNr() >= 0 && !f->in_block) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = block_intervals.upper_bound({fn.forwardThreadId(), fn.seqNr()});
-    if (it != block_intervals.begin()) {
-      --it;
-      f->in_block = it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second;
-    }
+    f->in_block = block_membership::node_made_in_block(fn.forwardThreadId(), fn.seqNr());
   }
   f->kept = f->kept || name == kKeptOutputScope;
   // A reused op that opens no kernel scope of its own (a zero-bubble pipeline's
@@ -187,22 +166,20 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
-  } else if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION && fn.seqNr() >= 0 && !f->suppressed) {
+  } else if (node && fn.seqNr() >= 0 && !f->suppressed) {
     std::lock_guard<std::mutex> lock(mu);
     bool inside = false;  // one of a kept scope's nodes after the first: its inputs are the kernel's own
-    auto it = intervals.upper_bound({fn.forwardThreadId(), fn.seqNr()});
-    if (it != intervals.begin()) {
-      --it;
-      if (it->first.first == fn.forwardThreadId() && fn.seqNr() < it->second.hi) {
-        f->suppress_children = true;
-        inside = it->second.backward_emitted;
-        if (!it->second.backward_emitted && active) {
-          // The first of the scope's backward nodes autograd reaches runs the whole kernel
-          // (recorded when the node returns: nothing inside it is, the kernel's gradients are).
-          it->second.backward_emitted = true;
-          f->kernel_backward = it->second.backward;
-          f->emits_backward = true;
-        }
+    auto it = block_membership::interval_holding(intervals, fn.forwardThreadId(), fn.seqNr(),
+                                                 [](const ScopeInterval& iv) { return iv.hi; });
+    if (it != intervals.end()) {
+      f->suppress_children = true;
+      inside = it->second.backward_emitted;
+      if (!it->second.backward_emitted && active) {
+        // The first of the scope's backward nodes autograd reaches runs the whole kernel
+        // (recorded when the node returns: nothing inside it is, the kernel's gradients are).
+        it->second.backward_emitted = true;
+        f->kernel_backward = it->second.backward;
+        f->emits_backward = true;
       }
     }
     if (active && !inside && unseen_grads_writer >= 0 && unseen_grads_thread == fn.threadId())
@@ -221,6 +198,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return f;
 }
 
+// Every recorded op goes through here: marked with its frame's block membership. Called with
+// `mu` held.
+void record(OpDesc op, bool in_block) {
+  op.outside_blocks = !in_block;
+  active->add_compute(op);
+}
+
 // The metadata-only op a reused output leaves in place of the op it skipped, reading each of
 // that op's inputs once (on_exit says why). Called with `mu` held.
 void add_kept_output_touch(const std::vector<devices::TensorUse>& inputs, bool in_block) {
@@ -228,11 +212,10 @@ void add_kept_output_touch(const std::vector<devices::TensorUse>& inputs, bool i
   OpDesc touch;
   touch.name = kKeptOutputScope;
   touch.kind = OpKind::kView;
-  touch.outside_blocks = !in_block;
   for (const devices::TensorUse& u : inputs)
     if (std::none_of(touch.reads.begin(), touch.reads.end(), [&](const devices::TensorUse& r) { return r.id == u.id; }))
       touch.reads.push_back(u);
-  active->add_compute(touch);
+  record(std::move(touch), in_block);
 }
 
 void add_uses_of_outputs(const at::RecordFunction& fn, std::vector<devices::TensorUse>* out) {
@@ -257,28 +240,19 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!f) return;
   top = f->parent;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION)
-    last_node = {recordings.load(), f->parent ? f->parent->serial : 0, f->in_block};
+    block_membership::node_returned(f->parent ? f->parent->serial : 0, f->in_block);
   if (f->emits_backward) {
     std::lock_guard<std::mutex> lock(mu);
     if (!active) return;
     bool writes = false;
-    for (OpDesc& d : f->kernel_backward) {
-      d.outside_blocks = !f->in_block;
-      active->add_compute(d);
-      writes |= !d.writes.empty();
-    }
+    for (const OpDesc& d : f->kernel_backward) record(d, f->in_block), writes |= !d.writes.empty();
     // A stand-in named its gradients; composite nodes inside the scope made them unseen.
     unseen_grads_writer = writes ? -1 : static_cast<int64_t>(active->trace().compute_ops()) - 1;
     unseen_grads_thread = fn.threadId();
     return;
   }
   if (std::strcmp(fn.name(), kFusedKernelGradsScope) == 0) return add_kernel_grads(fn, f->parent);
-  if (f->block) {
-    std::lock_guard<std::mutex> lock(mu);
-    const int64_t hi = at::sequence_number::peek();
-    if (hi > f->seq_lo) block_intervals[{f->thread, f->seq_lo}] = hi;
-    return;
-  }
+  if (f->block) return block_membership::block_closed(f->thread, f->seq_lo, at::sequence_number::peek());
   if (f->kernel) {
     if (!f->kernel_forward.empty()) add_uses_of_outputs(fn, &f->kernel_forward.back().writes);
     std::lock_guard<std::mutex> lock(mu);
@@ -288,10 +262,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     if (iv.hi > f->seq_lo) intervals[{f->thread, f->seq_lo}] = std::move(iv);
     if (!active) return;
     if (!f->kept) {
-      for (OpDesc& d : f->kernel_forward) {
-        d.outside_blocks = !f->in_block;
-        active->add_compute(d);
-      }
+      for (const OpDesc& d : f->kernel_forward) record(d, f->in_block);
       return;
     }
     // A reused output (op-level activation checkpointing's recompute) ran no kernel; the
@@ -334,9 +305,8 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     d.reads = std::move(reads);
   }
   d.writes = std::move(writes);
-  d.outside_blocks = !f->in_block;
   std::lock_guard<std::mutex> lock(mu);
-  if (active) active->add_compute(d);
+  if (active) record(std::move(d), f->in_block);
 }
 
 }  // namespace
@@ -350,8 +320,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     intervals.clear();
-    block_intervals.clear();
-    ++recordings;
+    block_membership::reset();
     unseen_grads_writer = -1;
   }
   forget_storages();
@@ -378,35 +347,14 @@ TraceRecorder::~TraceRecorder() {
   active = nullptr;
   set_meta_records_fused_kernels(false);
   intervals.clear();
-  block_intervals.clear();
+  block_membership::reset();
 }
 
 const devices::Trace& TraceRecorder::finish() {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!late_writes_.empty()) {
-      // The trace again with the late writes on their ops (Trace::compute links the data flow).
-      std::stable_sort(late_writes_.begin(), late_writes_.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      devices::Trace t;
-      size_t k = 0;
-      int64_t at = 0;
-      for (const devices::TraceEvent& e : trace_.events()) {
-        if (e.type == devices::TraceEvent::Type::kIssue) {
-          t.issue(e.collective);
-        } else if (e.type == devices::TraceEvent::Type::kWait) {
-          t.wait(e.work);
-        } else {
-          devices::OpDesc op = e.op;
-          for (; k < late_writes_.size() && late_writes_[k].first == at; ++k) op.writes.push_back(late_writes_[k].second);
-          t.compute(op);
-          ++at;
-        }
-      }
-      t.storage_resizes() = std::move(trace_.storage_resizes());
-      trace_ = std::move(t);
-      late_writes_.clear();
-    }
+    if (!late_writes_.empty()) trace_ = with_late_writes(std::move(trace_), std::move(late_writes_));
+    late_writes_.clear();
   }
   trace_.storages() = storage_table();
   return trace_;
