@@ -151,6 +151,11 @@ void Fsdp::finish_backward() {
     if (!u->reducing()) u->issue_reduce();
   }
   for (auto& u : units_) u->complete_reduce();
+  // Kept gathered, a pipeline step's later backward calls still read them (reshard_all ends it).
+  if (reshard_after_backward_) reshard_all();
+}
+
+void Fsdp::reshard_all() {
   for (auto& u : units_) u->reshard();
 }
 

@@ -77,14 +77,18 @@ class Fsdp {
   // accumulation reduces once per step instead of once per micro-batch.
   void set_requires_gradient_sync(bool sync) { sync_ = sync; }
   // FSDP2's set_reshard_after_backward: true (the default) frees a unit's gathered parameters
-  // as soon as all its gradients are in; false keeps them until the end of the backward call,
-  // as a pipeline schedule does (PyTorch's pipelining turns it off but for the last
-  // micro-batch: a stage's blocks run backward again for the next one).
+  // as soon as all its gradients are in; false keeps them, across backward calls, until
+  // reshard_all(), as a pipeline schedule does (PyTorch's pipelining turns it off but for the
+  // last micro-batch: a stage's blocks run forward and backward again for the next one, and
+  // reuse the gathered parameters instead of gathering them again).
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
 
   // Waits for every outstanding gradient reduction and accumulates the shards' .grad;
-  // frees gathered parameters still held. Runs by itself at the end of each backward.
+  // frees gathered parameters still held unless reshard_after_backward is off. Runs by
+  // itself at the end of each backward.
   void finish_backward();
+  // Frees every unit's gathered parameters: the end of a pipeline step, which kept them.
+  void reshard_all();
 
   // The shard of a parameter this plan manages (by identity); throws for any other tensor.
   FsdpShard shard_of(const torch::Tensor& param) const;

@@ -71,7 +71,8 @@ class FsdpUnit {
 
   // Issues the all-gather of every shard (one coalesced async op in fused mode).
   void issue_gather() {
-    if (gather_work_ || params_.empty()) return;  // empty: a pipeline rank without this unit's modules
+    // empty: a pipeline rank without this unit's modules
+    if (gather_work_ || holds_gathered() || params_.empty()) return;
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> outs, ins;
     for (auto& p : params_) {
@@ -92,11 +93,17 @@ class FsdpUnit {
   }
 
   void wait_gather() {
-    if (params_.empty()) return;
+    if (params_.empty() || holds_gathered()) return;
     if (!gather_work_) issue_gather();
     gather_work_->wait();
     gather_work_.reset();
+    gathered_ = true;
   }
+
+  // While the plan keeps parameters gathered across backward calls (a pipeline step, whose
+  // shards do not change until the optimizer runs after it), later micro-batches reuse the
+  // gathered buffers instead of gathering them again.
+  bool holds_gathered() const { return gathered_ && reshard_after_backward_ && !*reshard_after_backward_; }
 
   // Before forward: gathered parameters become the modules' weights, linked to the shards
   // through UnshardFunction so that their gradients come back here.
@@ -110,6 +117,7 @@ class FsdpUnit {
     for (auto& p : params_) {
       if (p.gathered_flat.defined()) free_storage(p.gathered_flat);
     }
+    gathered_ = false;
   }
   bool reshard_after_forward() const { return reshard_after_forward_; }
 
@@ -122,10 +130,16 @@ class FsdpUnit {
     if (on_grad) on_grad();
     if (pending_grads_.empty()) pending_grads_.resize(params_.size());
     auto& p = params_[i];
-    auto flat = torch::zeros({p.shard_len * shard_group_.size()}, grad.options().dtype(opts_.reduce_dtype));
-    if (FsdpObserver* o = fsdp_observer()) o->shard_sized(flat, p.numel);
-    flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
-    pending_grads_[i] = flat;
+    if (!*sync_ && i < unsynced_.size() && unsynced_[i].defined()) {
+      // A later micro-batch with sync off adds into the running sum: the values a zeroed
+      // buffer, a copy and an add would give, without the buffer's traffic.
+      unsynced_[i].narrow(0, 0, p.numel).add_(grad.reshape({-1}).to(opts_.reduce_dtype));
+    } else {
+      auto flat = torch::zeros({p.shard_len * shard_group_.size()}, grad.options().dtype(opts_.reduce_dtype));
+      if (FsdpObserver* o = fsdp_observer()) o->shard_sized(flat, p.numel);
+      flat.narrow(0, 0, p.numel).copy_(grad.reshape({-1}));
+      pending_grads_[i] = flat;
+    }
     if (++grads_seen_ < params_.size()) return;
     if (!reshard_after_backward_ || *reshard_after_backward_) reshard();
     if (issue_reduce() && on_reduce_issued) on_reduce_issued(this);
@@ -251,6 +265,7 @@ class FsdpUnit {
   bool reshard_after_forward_;
   std::vector<ShardedParam> params_;
   WorkPtr gather_work_;
+  bool gathered_ = false;  // the buffers hold the shards' current values
   std::vector<torch::Tensor> pending_grads_;
   std::vector<torch::Tensor> unsynced_;  // full gradients summed while sync is off
   size_t grads_seen_ = 0;

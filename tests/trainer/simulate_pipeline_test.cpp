@@ -54,6 +54,24 @@ TEST(SimulatePipeline, EveryStageRecordedWithSendsAndReceives) {
   }
 }
 
+// A stage's FSDP units are gathered once per step by default (TorchTitan's default under PP),
+// not once per micro-batch; "always" frees them after each forward and gathers them again.
+TEST(SimulatePipeline, StagesAreGatheredOncePerStepByDefault) {
+  auto gathers = [](const RecordedStep& rec, size_t q) {
+    int n = 0;
+    for (const auto& c : rec.pipeline->calls[q]) n += c.type == SimCollectiveEvent::Type::kCall && c.op == "all_gather";
+    return n;
+  };
+  RecordedStep kept = record_step(pp_config("1F1B"));
+  RecordedStep freed = record_step(pp_config("1F1B", {"--parallelism.fsdp_reshard_after_forward", "always"}));
+  ASSERT_TRUE(kept.pipeline && freed.pipeline);
+  for (size_t q = 0; q < 4; ++q) {
+    // Two blocks per stage, plus the embedding on the first and the output on the last.
+    EXPECT_EQ(gathers(kept, q), (q == 0 || q == 3) ? 3 : 2) << q;
+    EXPECT_GE(gathers(freed, q), 8) << q;  // at least one per micro-batch
+  }
+}
+
 TEST(SimulatePipeline, BubblesAndMemoryFollowTheSchedule) {
   SimulationResult gpipe = simulate(pp_config("GPipe"), false);
   SimulationResult one = simulate(pp_config("1F1B"), false);

@@ -173,10 +173,12 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     }
     o.param_dtype = scalar_type(cfg.training.mixed_precision_param);
     o.reduce_dtype = scalar_type(cfg.training.mixed_precision_reduce);
-    // Under PP every unit frees its parameters after forward and gathers them again for
-    // backward: the end-of-backward callback after each backward action frees what other
-    // micro-batches still need, so nothing may rely on staying gathered.
-    if (pipeline) o.reshard_after_forward = FsdpOptions::Reshard::kAlways;
+    // Under PP the default keeps every unit gathered from its first forward to the end of
+    // the pipeline step, as TorchTitan's default does: a stage's blocks run once per
+    // micro-batch, and freeing them after each forward would gather them twice per
+    // micro-batch instead of once per step.
+    if (pipeline && o.reshard_after_forward == FsdpOptions::Reshard::kDefault)
+      o.reshard_after_forward = FsdpOptions::Reshard::kNever;
     const bool tied = !model->output;
     const bool has_embedding = !pipeline || pipeline->holds("tok_embeddings.weight");
     const bool has_head = !pipeline || pipeline->holds("norm.weight");

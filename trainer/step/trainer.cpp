@@ -237,6 +237,7 @@ double Trainer::pipeline_step(const torch::Tensor& inputs, const torch::Tensor& 
   // Each backward action ends with FSDP's final callback; with sync off it only accumulates.
   // REDUCE_GRAD then reduces what every micro-batch accumulated, once.
   if (fsdp) {
+    fsdp->reshard_all();  // nothing gathered before the step (an eval forward) is reused in it
     fsdp->set_requires_gradient_sync(false);
     fsdp->set_reshard_after_backward(false);
   }
@@ -247,7 +248,10 @@ double Trainer::pipeline_step(const torch::Tensor& inputs, const torch::Tensor& 
   };
   torch::Tensor loss = pipeline_->run(model_, inputs, labels, loss_fn, fsdp ? fsdp->root_wrapper() : WrapFn(),
                                       reduce_grad);
-  if (fsdp) fsdp->set_reshard_after_backward(true);
+  if (fsdp) {
+    fsdp->set_reshard_after_backward(true);
+    fsdp->reshard_all();
+  }
   return loss.defined() && !on_meta_ ? loss.item<double>() : 0.0;
 }
 
