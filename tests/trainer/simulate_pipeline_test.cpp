@@ -83,6 +83,8 @@ TEST(SimulatePipeline, BubblesAndMemoryFollowTheSchedule) {
     EXPECT_LT(r->pipeline_bubble_fraction, 1);
     EXPECT_EQ(r->pipeline_rank_busy_s.size(), 4u);
     EXPECT_EQ(r->pipeline_rank_memory_gib.size(), 4u);
+    ASSERT_FALSE(r->report.op_costs.empty());  // the report's by-aten-op costs, first rank
+    EXPECT_GT(r->report.op_costs.front().seconds, 0);
   }
   // Same work, same fill and drain: GPipe and 1F1B bubbles agree (the closed form
   // (p-1)/(m+p-1) = 3/11 holds for balanced stages and free transfers, tested on the replay in

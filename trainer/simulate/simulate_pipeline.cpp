@@ -194,7 +194,7 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   out.bubble_fraction = res.bubble_fraction;
   out.timing = res.timing;
   devices::StepReport& rep = out.report;
-  std::map<std::string, double> cost_of, uncertain;
+  std::map<std::string, double> cost_of, op_cost_of, uncertain;
   double own = 0;
   for (const auto& sr : costs.rank0) {
     if (rep.device.empty()) {
@@ -206,6 +206,7 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
     rep.idle_s += sr.idle_s, rep.executed_flops += sr.executed_flops;
     rep.ops += sr.ops, rep.kernels += sr.kernels, rep.collectives += sr.collectives;
     for (const auto& c : sr.costs) cost_of[c.category] += c.seconds;
+    for (const auto& c : sr.op_costs) op_cost_of[c.category] += c.seconds;
     for (const auto& c : sr.uncertain) uncertain[c.category] += c.seconds;
   }
   const double rank0_sends = costs.rank0_sends;
@@ -223,6 +224,8 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   rep.exposed_comm_fraction = rep.step_time_s > 0 ? rep.exposed_comm_s / rep.step_time_s : 0;
   for (const auto& [name, sec] : cost_of) rep.costs.push_back({name, sec});
   std::sort(rep.costs.begin(), rep.costs.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  for (const auto& [name, sec] : op_cost_of) rep.op_costs.push_back({name, sec});
+  std::sort(rep.op_costs.begin(), rep.op_costs.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   // The first pipeline rank's segments; its waits for other stages are the schedule's, not
   // an estimate of the device model.
   // Blocking sends (separate mode) stall the rank for their whole transfer: as exposed as a
