@@ -17,32 +17,41 @@ int64_t layer_of(const std::string& name) {
 
 }  // namespace
 
-PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta) {
+PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t pp, bool fsdp) {
   const auto& p = cfg.parallelism;
-  const int64_t pp = mesh.size("pp");
   TITAN_CONFIG_CHECK(!args.tie_embeddings, "pipeline parallelism with tied embeddings (model.tie_embeddings): the "
                      "embedding and the output live on different stages; untie them (--model.tie_embeddings false)");
-  microbatch_size_ = p.pipeline_parallel_microbatch_size;
+  const int64_t microbatch_size = p.pipeline_parallel_microbatch_size;
   const int64_t local_bs = cfg.training.local_batch_size;
-  TITAN_CONFIG_CHECK(local_bs % microbatch_size_ == 0, "training.local_batch_size (", local_bs,
-                     ") must be a multiple of parallelism.pipeline_parallel_microbatch_size (", microbatch_size_, ")");
-  const int m = static_cast<int>(local_bs / microbatch_size_);
-  rank_ = static_cast<int>(mesh.coordinate("pp"));
+  TITAN_CONFIG_CHECK(local_bs % microbatch_size == 0, "training.local_batch_size (", local_bs,
+                     ") must be a multiple of parallelism.pipeline_parallel_microbatch_size (", microbatch_size, ")");
+  const int m = static_cast<int>(local_bs / microbatch_size);
   PipelineSplitOptions o;
   o.degree = pp;
   o.layers_per_stage = p.pipeline_parallel_layers_per_stage;
   o.first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers;
   o.last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers;
+  PipelinePlan plan;
   if (!p.pipeline_parallel_schedule_csv.empty()) {
-    schedule_ = load_pipeline_schedule_csv(p.pipeline_parallel_schedule_csv, static_cast<int>(pp), m);
-    stages_ = split_stages(args.n_layers, schedule_.num_stages, o);
+    plan.schedule = load_pipeline_schedule_csv(p.pipeline_parallel_schedule_csv, static_cast<int>(pp), m);
+    plan.stages = split_stages(args.n_layers, plan.schedule.num_stages, o);
   } else {
     const std::string name = to_string(p.pipeline_parallel_schedule);
     o.single_stage_schedule = single_stage_schedule(name);
     const int64_t num_stages = pipeline_num_stages(args.n_layers, o);
-    stages_ = split_stages(args.n_layers, num_stages, o);
-    schedule_ = make_pipeline_schedule(name, static_cast<int>(pp), static_cast<int>(num_stages), m, fsdp);
+    plan.stages = split_stages(args.n_layers, num_stages, o);
+    plan.schedule = make_pipeline_schedule(name, static_cast<int>(pp), static_cast<int>(num_stages), m, fsdp);
   }
+  return plan;
+}
+
+PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta) {
+  const auto& p = cfg.parallelism;
+  PipelinePlan plan = plan_pipeline(cfg, args, mesh.size("pp"), fsdp);
+  stages_ = std::move(plan.stages);
+  schedule_ = std::move(plan.schedule);
+  microbatch_size_ = p.pipeline_parallel_microbatch_size;
+  rank_ = static_cast<int>(mesh.coordinate("pp"));
   local_stages_ = schedule_.stages_of(rank_);
   const int64_t tp = mesh.size("tp");
   const bool sp = tp > 1 && p.enable_sequence_parallel;

@@ -22,6 +22,15 @@ namespace titan {
 
 struct ParallelizedModel;
 
+// The stage split and the schedule that every rank derives from the config: PipelineModel
+// runs them, the memory pre-check (memory_limits.h) sizes a rank's share from them.
+struct PipelinePlan {
+  std::vector<StageLayers> stages;
+  PipeSchedule schedule;
+};
+// pp ranks; fsdp: the schedule carries REDUCE_GRAD. Config errors as PipelineModel's.
+PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t pp, bool fsdp);
+
 class PipelineModel {
  public:
   // Every rank builds the same plan. fsdp: FSDP units will shard this rank's parameters

@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "parallel/fsdp_observer.h"
 #include "parallel/tensor_parallel.h"
-#include "trainer/config/memory_limits.h"
+#include "trainer/step/memory_limits.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/param_layout.h"
 #include "trainer/step/rank_agreement.h"
@@ -50,13 +50,16 @@ void keep_freed_memory_in_process() {
 #endif
 }
 
+int ranks_on_this_host() {
+  return std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("TITAN_LOCAL_WORLD_SIZE", 1)));
+}
+
 }  // namespace
 
 int choose_threads(const JobConfig& cfg) {
   if (cfg.training.threads > 0) return static_cast<int>(cfg.training.threads);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("TITAN_LOCAL_WORLD_SIZE", 1));
-  return std::max(1, cores / std::max(1, local_ranks));
+  return std::max(1, cores / ranks_on_this_host());
 }
 
 int64_t vocab_without_data(const JobConfig& cfg) {
@@ -133,7 +136,10 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   if (!on_meta_ && world_->size() > 1) check_ranks_agree(cfg_, args_.vocab_size, *world_->comm());
   mesh_ = ParallelDims(dims_).build_mesh(world_);
   // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
-  if (!on_meta_) check_fits_in_memory(cfg_, args_, machine_memory_bytes());
+  if (!on_meta_) {
+    const int pp_rank = dims_.pp > 1 ? static_cast<int>(mesh_->coordinate("pp")) : 0;
+    check_fits_in_memory(cfg_, dims_, args_, pp_rank, ranks_on_this_host(), machine_memory_bytes());
+  }
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
   // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
   // precision policy); without those plans the model is built in that dtype itself.
