@@ -2,10 +2,13 @@
 // estimated bytes: no OOM kill, no libtorch trace, no simulator that grows without output.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "common/error.h"
 #include "tests/error_of.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/step/memory_limits.h"
+#include "trainer/components/tensor_memory.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/trainer.h"
 
@@ -122,6 +125,28 @@ TEST(MemoryLimits, RanksOnOneHostShareItsMemory) {
   EXPECT_NE(msg.find("pipeline rank 0 needs at least"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the 1 other ranks on this host"), std::string::npos) << msg;
   EXPECT_NO_THROW(check_fits_in_memory(cfg, dims, args, 0, 2, one * 2.01));
+}
+
+// A lower bound of what a real step holds: the debug model trained here, its tensor bytes
+// counted by the CPU allocator from before the Trainer is built to the end of its second step.
+TEST(MemoryLimits, EstimateStaysBelowWhatARealRunHolds) {
+  for (const char* ac : {"none", "full", "selective"}) {
+    const JobConfig cfg = debug_config({"--training.local_batch_size", "4", "--training.seq_len", "256",
+                                        "--activation_checkpoint.mode", ac});
+    int64_t peak = 0;
+    {
+      TensorMemoryTracker tensors;
+      Trainer trainer(cfg);
+      trainer.train_step();
+      trainer.train_step();
+      peak = tensors.peak();
+    }
+    const MemoryEstimate e = estimate(cfg, 1);
+    std::printf("  debug model B4 x S256, AC %s: estimate %.2f MB (activations %.2f, logits %.2f, weights %.2f), "
+                "measured peak %.2f MB\n",
+                ac, e.total() / 1e6, e.activations / 1e6, e.logits / 1e6, e.weights / 1e6, peak / 1e6);
+    EXPECT_LE(e.total(), static_cast<double>(peak)) << ac;
+  }
 }
 
 TEST(MemoryLimits, TrainerRefusesBeforeAllocating) {

@@ -6,7 +6,8 @@
 // the simulated rank of its stage. Each representative also counts its tensor bytes over a
 // second step (TensorMemoryTracker) and checks them against the memory walk of the same config
 // recorded for the cpu device (devices/trace_memory.h): within 6% in separate mode, 20% in fused
-// mode (the progress thread frees reduced buffers; it reports to the issuer's tracker).
+// mode (the progress thread frees reduced buffers; it reports to the issuer's tracker). The
+// real-run memory pre-check's estimate (trainer/step/memory_limits.h) must stay below them.
 // Args: <collective_mode> [--section.key value ...].
 #include <mpi.h>
 
@@ -24,6 +25,7 @@
 #include "trainer/components/tensor_memory.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/step/memory_limits.h"
 #include "trainer/step/trainer.h"
 
 namespace {
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     int64_t pp_rank = 0;
     bool representative = false;
     int64_t tensor_peak = 0;
+    titan::MemoryEstimate estimate;
     {
       titan::TensorMemoryTracker tensors;
       titan::Trainer trainer(cfg);
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
       size = trainer.world().size();
       pp_rank = trainer.mesh().coordinate("pp");
       representative = rank == pp_rank * (size / trainer.mesh().size("pp"));
+      estimate = titan::estimate_rank_memory(cfg, trainer.dims(), trainer.model_args(), static_cast<int>(pp_rank));
       titan::set_collective_observer([&](const titan::OpInfo& info) {
         std::lock_guard<std::mutex> lock(mu);
         real[info.group].emplace_back(info.op, info.bytes);
@@ -122,6 +126,14 @@ int main(int argc, char** argv) {
       const double bound = mode == "fused" ? 0.20 : 0.06;
       if (std::abs(error) > bound) {
         std::printf("MISMATCH: tensor memory off by more than %.0f%%\n", 100 * bound);
+        failed = 1;
+      }
+      // The pre-check's lower bound of a step (without the whole model every rank builds first).
+      std::printf("memory pre-check: at least %.2f MB (activations %.2f, logits %.2f, weights %.2f, gathered %.2f)\n",
+                  estimate.steady() / 1e6, estimate.activations / 1e6, estimate.logits / 1e6,
+                  estimate.weights / 1e6, estimate.gathered / 1e6);
+      if (estimate.steady() > static_cast<double>(tensor_peak)) {
+        std::printf("MISMATCH: the memory pre-check's lower bound exceeds the real step\n");
         failed = 1;
       }
     }
