@@ -83,25 +83,31 @@ void set_collective_observer(CollectiveObserver o) {
   observer_set.store(static_cast<bool>(observer), std::memory_order_release);
 }
 
+void Communicator::notify_observer(const OpInfo& info) const {
+  if (observer_set.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(observer_mu);
+    if (observer) observer(info);
+  }
+}
+
 void Communicator::begin_op(const char* op, int64_t bytes) {
   current_op_ = op;
   current_bytes_ = bytes;
-  if (observer_set.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(observer_mu);
-    if (observer) observer(make_info(op, bytes));
-  }
+  if (observer_set.load(std::memory_order_acquire)) notify_observer(make_info(op, bytes));
   watch_.begin(op, bytes);
+}
+
+CollectiveScope::CollectiveScope(const std::string& group, const char* op, int64_t bytes) {
+  if (scope_.isActive()) {
+    inputs_[0] = group;
+    inputs_[1] = bytes;
+    scope_.before(std::string(kCollectiveScopePrefix) + op, c10::ArrayRef<const c10::IValue>(inputs_, 2));
+  }
 }
 
 template <typename F>
 void Communicator::run_watched(const char* op, int64_t bytes, F& fn) {
-  c10::IValue inputs[2];  // declared first: they outlive the scope, whose end callbacks may read them
-  at::RecordFunction scope(at::RecordScope::USER_SCOPE);
-  if (scope.isActive()) {
-    inputs[0] = name_;
-    inputs[1] = bytes;
-    scope.before(std::string(kCollectiveScopePrefix) + op, c10::ArrayRef<const c10::IValue>(inputs, 2));
-  }
+  CollectiveScope scope(name_, op, bytes);
   begin_op(op, bytes);
   struct End {
     Communicator* c;
@@ -115,6 +121,18 @@ WorkPtr Communicator::issue(const char* op, int64_t bytes, F&& fn) {
   if (!inline_blocking_) return submit(make_info(op, bytes), std::forward<F>(fn));
   run_watched(op, bytes, fn);
   return Work::completed();
+}
+
+WorkPtr Communicator::post_send(const at::Tensor&, int, int, const OpInfo&) { return nullptr; }
+WorkPtr Communicator::post_recv(const at::Tensor&, int, int, const OpInfo&) { return nullptr; }
+
+template <typename Post>
+WorkPtr Communicator::posted(const char* op, const at::Tensor& t, Post&& post) {
+  if (size() == 1 || !is_fused(options_) || !t.is_contiguous()) return nullptr;
+  const OpInfo info = make_info(op, nbytes(t));
+  WorkPtr work = post(info);
+  if (work) notify_observer(info);
+  return work;
 }
 
 WorkPtr Communicator::submit(OpInfo info, std::function<void()> fn) {
@@ -223,6 +241,7 @@ WorkPtr Communicator::send(const at::Tensor& t, int dst, int tag) {
   TITAN_CHECK(dst >= 0 && dst < size() && dst != rank_, "send on group '", name_,
               "': destination ", dst, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "send on group '", name_, "': tag must be >= 0, got ", tag);
+  if (WorkPtr w = posted("send", t, [&](const OpInfo& info) { return post_send(t, dst, tag, info); })) return w;
   return issue("send", nbytes(t), [this, t, dst, tag] { run_send(t.contiguous(), dst, tag); });
 }
 
@@ -231,6 +250,7 @@ WorkPtr Communicator::recv(const at::Tensor& t, int src, int tag) {
   TITAN_CHECK(src >= 0 && src < size() && src != rank_, "recv on group '", name_, "': source ",
               src, " must be another rank in [0, ", size(), ")");
   TITAN_CHECK(tag >= 0, "recv on group '", name_, "': tag must be >= 0, got ", tag);
+  if (WorkPtr w = posted("recv", t, [&](const OpInfo& info) { return post_recv(t, src, tag, info); })) return w;
   return issue("recv", nbytes(t), [this, t, src, tag] {
     with_contiguous(t, [&](const at::Tensor& c) { run_recv(c, src, tag); });
   });

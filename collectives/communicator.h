@@ -35,7 +35,9 @@ using WorkPtr = std::shared_ptr<Work>;
 //   do not depend on bucketing: fused and separate modes are bit-identical.
 // - dtypes: reductions take float32, float64, bfloat16, int32, int64; data movement any.
 // - collective_mode "fused": ops run asynchronously on this communicator's progress thread
-//   in issue order, and list ops are coalesced into flat buckets of at most bucket_cap_mb.
+//   in issue order, and list ops are coalesced into flat buckets of at most bucket_cap_mb;
+//   on the mpi backend, sends and receives of contiguous tensors are instead posted at
+//   issue (MPI_Isend / MPI_Irecv) and may complete before ops issued ahead of them.
 //   "separate": every tensor is its own blocking collective on the calling thread and the
 //   returned Work is already complete. Either way wait() before touching the tensors.
 // - An op that runs past train_timeout_seconds, or a transport failure (dead peer), ends
@@ -67,7 +69,8 @@ class Communicator {
   WorkPtr broadcast(const at::Tensor& tensor, int root);
   WorkPtr all_to_all(const at::Tensor& out, const at::Tensor& in);
   // Point to point within the group (peer is a group rank). A send must meet a recv with
-  // the same tag; in fused mode both queue behind earlier ops, so order pairs accordingly.
+  // the same tag; where fused mode queues them (gloo, non-contiguous tensors) both wait
+  // behind earlier ops, so order pairs accordingly.
   WorkPtr send(const at::Tensor& tensor, int dst, int tag = 0);
   WorkPtr recv(const at::Tensor& tensor, int src, int tag = 0);
   WorkPtr barrier();
@@ -88,6 +91,15 @@ class Communicator {
   // Devices this backend accepts (default: CPU only).
   virtual bool accepts(const at::Tensor& tensor) const;
 
+  // Fused mode: a backend may post a send or receive of a contiguous tensor at issue, on the
+  // calling thread, instead of queueing it behind the progress thread's other ops. Handing
+  // it to that thread and back costs two thread wake-ups per transfer, which on a host with
+  // as many busy threads as cores is a scheduler time slice; posted, the transfer still
+  // overlaps compute until the returned Work's wait(). info: the op, for errors and the
+  // watchdog. nullptr (the default): the op queues as the others do.
+  virtual WorkPtr post_send(const at::Tensor& t, int dst, int tag, const OpInfo& info);
+  virtual WorkPtr post_recv(const at::Tensor& t, int src, int tag, const OpInfo& info);
+
   // Runs fn now (separate mode, size-1 groups) or on the progress thread (fused mode).
   // Blocking ops in separate mode do not come here: they run inline, without building a
   // std::function or an OpInfo, unless a backend calls route_every_op_through_submit().
@@ -106,6 +118,11 @@ class Communicator {
   // Runs fn now (inline) or hands it to submit(); op is a string literal.
   template <typename F>
   WorkPtr issue(const char* op, int64_t bytes, F&& fn);
+  // post_send / post_recv's result when fused mode posts point-to-point ops (the observer
+  // told, as for an op that runs); nullptr otherwise.
+  template <typename Post>
+  WorkPtr posted(const char* op, const at::Tensor& t, Post&& post);
+  void notify_observer(const OpInfo& info) const;
   // Runs fn as op on this thread: tells the observer, watched by the watchdog. op stays
   // valid until fn returns.
   template <typename F>
@@ -140,6 +157,18 @@ class Communicator {
 // bytes as its two inputs, on the thread that runs it: profilers see collectives beside the
 // aten ops (trainer/step_profiler.h). Inactive scopes cost one check of the callback lists.
 inline constexpr char kCollectiveScopePrefix[] = "titan::comm::";
+
+// That scope, open for its lifetime (a posted op's wait).
+class CollectiveScope {
+ public:
+  CollectiveScope(const std::string& group, const char* op, int64_t bytes);
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  c10::IValue inputs_[2];  // declared first: they outlive the scope, whose end callbacks may read them
+  at::RecordFunction scope_{at::RecordScope::USER_SCOPE};
+};
 
 // Process-wide observer of every collective a communicator runs (op, group, total bytes of
 // the call), called on the thread that runs it; for op logs and tests that compare a real

@@ -1,5 +1,6 @@
 // The mpi backend: Open MPI, one MPI communicator per group (MPI_Comm_create_group).
 #include <climits>
+#include <mutex>
 #include <sstream>
 
 #include "collectives/backend.h"
@@ -27,6 +28,52 @@ MPI_Datatype element_type(size_t elem_size) {
       TITAN_FAIL("mpi backend: element size ", elem_size, " is not supported");
   }
 }
+
+// Ends the job naming the op when an MPI call for it failed.
+void abort_on_error(const OpInfo& info, int rc) {
+  if (rc != MPI_SUCCESS) abort_job(describe(info) + " failed: " + mpi_error_string(rc));
+}
+
+// A send or receive posted with MPI_Isend / MPI_Irecv (fused mode, Communicator::post_send):
+// completed by wait() on the waiting thread, watched for comm.train_timeout_seconds as a
+// running op is. Holds the tensor until then; dropped unwaited, it waits first (MPI must
+// not write into, or read from, freed memory).
+class MpiRequestWork : public Work {
+ public:
+  MpiRequestWork(MPI_Request request, at::Tensor tensor, OpInfo info, double timeout_s)
+      : request_(request), tensor_(std::move(tensor)), info_(std::move(info)), timeout_s_(timeout_s) {}
+  ~MpiRequestWork() override { wait(); }
+
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    CollectiveScope scope(info_.group, info_.op.c_str(), info_.bytes);
+    WatchScope watch(info_, timeout_s_);
+    finish(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+  bool is_done() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    if (flag || rc != MPI_SUCCESS) finish(rc);
+    return done_;
+  }
+
+ private:
+  void finish(int rc) const {
+    abort_on_error(info_, rc);
+    done_ = true;
+    tensor_ = at::Tensor();
+  }
+
+  mutable std::mutex mu_;
+  mutable MPI_Request request_;
+  mutable at::Tensor tensor_;
+  const OpInfo info_;
+  const double timeout_s_;
+  mutable bool done_ = false;
+};
 
 class MpiCommunicator : public TransportCommunicator {
  public:
@@ -88,6 +135,19 @@ class MpiCommunicator : public TransportCommunicator {
   }
 
   void barrier_raw() override { check(MPI_Barrier(comm_.get())); }
+
+  WorkPtr post_send(const at::Tensor& t, int dst, int tag, const OpInfo& info) override {
+    MPI_Request request;
+    const MPI_Datatype type = element_type(t.element_size());
+    abort_on_error(info, MPI_Isend(t.data_ptr(), to_int(t.numel()), type, dst, tag, comm_.get(), &request));
+    return std::make_shared<MpiRequestWork>(request, t, info, options().train_timeout_seconds);
+  }
+  WorkPtr post_recv(const at::Tensor& t, int src, int tag, const OpInfo& info) override {
+    MPI_Request request;
+    const MPI_Datatype type = element_type(t.element_size());
+    abort_on_error(info, MPI_Irecv(t.data_ptr(), to_int(t.numel()), type, src, tag, comm_.get(), &request));
+    return std::make_shared<MpiRequestWork>(request, t, info, options().train_timeout_seconds);
+  }
 
   // Two ranks: each element of a sum is one addition a + b, and IEEE addition is
   // commutative, so MPI_Allreduce gives the bits of the rank-order reduction

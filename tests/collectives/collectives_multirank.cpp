@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
@@ -247,6 +249,47 @@ TEST(Collectives, FusedOpsRunAsynchronously) {
       EXPECT_TRUE(done_at_issue) << "separate mode returns a completed Work";
     }
   }
+}
+
+// Fused mode on the mpi backend posts sends and receives on the issuing thread (MPI_Isend /
+// MPI_Irecv), beside the progress thread's queue: a transfer completes while a collective
+// issued before it on the same communicator still waits for a late peer. The late rank
+// receives first and issues its all_reduce 500 ms later; queued behind that all_reduce, its
+// partner's send could not start before then (the two queues would wait on each other).
+TEST(Collectives, FusedPointToPointIsPostedBesideTheQueue) {
+  using Clock = std::chrono::steady_clock;
+  auto& comm = world("fused").comm();
+  if (comm->backend() != "mpi") GTEST_SKIP() << "gloo posts nothing: its sends and receives queue as every op does";
+  const int n = comm->size(), me = comm->rank();
+  const bool late = me == n - 1, sender = me % 2 == 0;
+  const int partner = sender ? me + 1 : me - 1;
+  std::mutex mu;
+  std::map<std::string, std::thread::id> ran_on;
+  set_collective_observer([&](const OpInfo& info) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on[info.op] = std::this_thread::get_id();
+  });
+  comm->barrier()->wait();
+  auto t = torch::ones({1 << 10});
+  auto x = data(me, 100000, at::kFloat), got = torch::empty_like(x);
+  const auto start = Clock::now();
+  WorkPtr reduce;
+  if (!late) reduce = comm->all_reduce(t);
+  WorkPtr p2p = sender ? comm->send(x, partner, 7) : comm->recv(got, partner, 7);
+  p2p->wait();  // under the old queue: the watchdog ends the job after train_timeout_seconds
+  const double p2p_s = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(p2p_s, 0.25) << "the point-to-point op waited behind the all_reduce for " << p2p_s << " s";
+  if (late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    reduce = comm->all_reduce(t);
+  }
+  reduce->wait();
+  set_collective_observer(nullptr);
+  EXPECT_EQ(t[0].item<float>(), static_cast<float>(n));
+  if (!sender) EXPECT_TRUE(torch::equal(got, data(partner, 100000, at::kFloat)));
+  const char* p2p_op = sender ? "send" : "recv";
+  EXPECT_EQ(ran_on[p2p_op], std::this_thread::get_id()) << p2p_op << " ran on another thread";
+  EXPECT_NE(ran_on["all_reduce"], std::this_thread::get_id()) << "fused all_reduce ran on the issuing thread";
 }
 
 TEST(Collectives, WrongSizesFailAtIssueWithAClearMessage) {

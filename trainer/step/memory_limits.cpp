@@ -130,7 +130,8 @@ void check_fits_in_memory(const JobConfig& cfg, const ParallelDims& dims, const 
   const double need = e.total() + others * smallest;
   const double gib = 1073741824.0;
   std::ostringstream host;
-  if (others > 0) host << " and the " << others << " other ranks on this host at least " << others * smallest / gib << " GiB";
+  if (others > 0)
+    host << " and the " << others << " other ranks on this host at least " << others * smallest / gib << " GiB";
   TITAN_CONFIG_CHECK(need <= machine_bytes, "training.local_batch_size (", cfg.training.local_batch_size,
                      ") x training.seq_len (", cfg.training.seq_len, "): pipeline rank ", pp_rank,
                      " needs at least ", e.total(), " bytes (", e.total() / gib, " GiB: activations ",
