@@ -58,6 +58,15 @@ TEST(MemoryLimits, HugeSizesAreConfigErrorsWithTheEstimate) {
     EXPECT_NE(msg.find(" bytes ("), std::string::npos) << msg;
     EXPECT_NE(msg.find("/proc/meminfo"), std::string::npos) << msg;
   }
+  // Under PP the schedule is built to size a rank: a micro-batch count it cannot hold is refused first.
+  const std::string pp_msg = error_of([] {
+    estimate(llama_8b({"--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "1000000000"}),
+             2, 0);
+  });
+  EXPECT_NE(pp_msg.find("training.local_batch_size (1000000000) / parallelism.pipeline_parallel_microbatch_size (1) "
+                        "gives 1000000000 micro-batches per schedule run; at most 65536"),
+            std::string::npos)
+      << pp_msg;
   // The shipped debug config fits with room to spare.
   const JobConfig ok = debug_config({});
   EXPECT_LT(estimate(ok, 1).total(), 1e9);

@@ -25,6 +25,13 @@ PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t 
   const int64_t local_bs = cfg.training.local_batch_size;
   TITAN_CONFIG_CHECK(local_bs % microbatch_size == 0, "training.local_batch_size (", local_bs,
                      ") must be a multiple of parallelism.pipeline_parallel_microbatch_size (", microbatch_size, ")");
+  // Each micro-batch is a dozen actions per stage in the schedule's lists: a count past this
+  // would build lists of gigabytes before anything else could refuse the size.
+  constexpr int64_t kMaxMicrobatches = int64_t{1} << 16;
+  TITAN_CONFIG_CHECK(local_bs / microbatch_size <= kMaxMicrobatches, "training.local_batch_size (", local_bs,
+                     ") / parallelism.pipeline_parallel_microbatch_size (", microbatch_size, ") gives ",
+                     local_bs / microbatch_size, " micro-batches per schedule run; at most ", kMaxMicrobatches,
+                     " are scheduled (raise the micro-batch size or lower the local batch)");
   const int m = static_cast<int>(local_bs / microbatch_size);
   PipelineSplitOptions o;
   o.degree = pp;
