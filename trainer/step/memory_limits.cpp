@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -48,18 +49,17 @@ LayerKeep layer_keep(const JobConfig& cfg, const ParallelDims& dims, const Model
   return k;
 }
 
-bool fsdp_shards(const ParallelDims& dims) { return dims.dp_shard > 1; }
+// Applies FSDP / HSDP / DDP, as parallelize's applies_fsdp does on the mesh.
+bool fp32_masters(const ParallelDims& dims) { return dims.fsdp_enabled() || dims.dp_replicate_enabled(); }
 
-}  // namespace
-
-MemoryEstimate estimate_rank_memory(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& a,
-                                    int pp_rank) {
+// plan: the pipeline's (dims.pp > 1), built once for every rank a caller estimates.
+MemoryEstimate estimate(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& a, const PipelinePlan* plan,
+                        int pp_rank) {
   // Doubles throughout: 1e9 sequences x 1e8 tokens must not overflow before it is refused.
   const double tp = static_cast<double>(dims.tp);
   const double act_bytes = bytes_of(cfg.training.mixed_precision_param);
   // Under FSDP / HSDP / DDP the stored parameters stay fp32 (FSDP2's mixed precision).
-  const bool fp32_masters = dims.dp_shard > 1 || dims.dp_replicate > 1;
-  const double master_bytes = fp32_masters ? 4.0 : act_bytes;
+  const double master_bytes = fp32_masters(dims) ? 4.0 : act_bytes;
   const double embed = static_cast<double>(a.num_embedding_params());
   const double layer_params = static_cast<double>(a.layer_params());
   const LayerKeep keep = layer_keep(cfg, dims, a);
@@ -69,22 +69,21 @@ MemoryEstimate estimate_rank_memory(const JobConfig& cfg, const ParallelDims& di
   double micro_tokens = static_cast<double>(cfg.training.local_batch_size) * static_cast<double>(cfg.training.seq_len);
   double in_flight = 0, params = 0;  // kept elements per token at the peak; the rank's parameters
   bool any_recomputed = false, holds_output = true;
-  if (dims.pp > 1) {
-    const PipelinePlan plan = plan_pipeline(cfg, a, dims.pp, fp32_masters);
+  if (plan) {
     micro_tokens = static_cast<double>(cfg.parallelism.pipeline_parallel_microbatch_size) *
                    static_cast<double>(cfg.training.seq_len);
     // Several stages on a rank: each micro-batch in flight counts as the smallest of them.
     double smallest = std::numeric_limits<double>::infinity();
     holds_output = false;
-    for (int s : plan.schedule.stages_of(pp_rank)) {
-      const StageLayers& st = plan.stages[static_cast<size_t>(s)];
+    for (int s : plan->schedule.stages_of(pp_rank)) {
+      const StageLayers& st = plan->stages[static_cast<size_t>(s)];
       smallest = std::min(smallest, keep.range(st.begin, st.end));
       params += layer_params * static_cast<double>(st.end - st.begin) + (st.embedding ? embed : 0.0) +
                 (st.output ? embed + a.dim : 0.0);
       holds_output = holds_output || st.output;
       for (int64_t l = st.begin; l < st.end; ++l) any_recomputed = any_recomputed || keep.recomputes(l);
     }
-    const auto peak = peak_in_flight(plan.schedule);
+    const auto peak = peak_in_flight(plan->schedule);
     in_flight = static_cast<double>(peak[static_cast<size_t>(pp_rank)]) * (std::isfinite(smallest) ? smallest : 0.0);
   } else {
     in_flight = keep.range(0, a.n_layers);
@@ -95,9 +94,9 @@ MemoryEstimate estimate_rank_memory(const JobConfig& cfg, const ParallelDims& di
   if (any_recomputed) in_flight += keep.full;
   e.activations = micro_tokens * in_flight * act_bytes;
   if (holds_output) e.logits = 2.0 * micro_tokens * static_cast<double>(a.vocab_size) / tp * act_bytes;
-  const double shard = tp * (fsdp_shards(dims) ? static_cast<double>(dims.dp_shard) : 1.0);
+  const double shard = tp * static_cast<double>(dims.dp_shard);
   e.weights = 4.0 * params * master_bytes / shard;
-  if (dims.pp > 1 && fsdp_shards(dims)) {
+  if (plan && dims.dp_shard_enabled()) {
     // The stage's units stay gathered from their first forward to the step's end (unless
     // resharded after every forward), and sync-off gradients sum at full size until REDUCE_GRAD.
     const bool keeps_gathered = cfg.parallelism.fsdp_reshard_after_forward != ReshardPolicy::kAlways;
@@ -105,6 +104,18 @@ MemoryEstimate estimate_rank_memory(const JobConfig& cfg, const ParallelDims& di
                  ((keeps_gathered ? act_bytes : 0.0) + bytes_of(cfg.training.mixed_precision_reduce));
   }
   return e;
+}
+
+std::unique_ptr<PipelinePlan> plan_of(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& a) {
+  if (dims.pp <= 1) return nullptr;
+  return std::make_unique<PipelinePlan>(plan_pipeline(cfg, a, dims.pp, fp32_masters(dims)));
+}
+
+}  // namespace
+
+MemoryEstimate estimate_rank_memory(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& a,
+                                    int pp_rank) {
+  return estimate(cfg, dims, a, plan_of(cfg, dims, a).get(), pp_rank);
 }
 
 double machine_memory_bytes() {
@@ -122,10 +133,11 @@ double machine_memory_bytes() {
 void check_fits_in_memory(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& args, int pp_rank,
                           int ranks_on_host, double machine_bytes) {
   if (machine_bytes <= 0) return;
-  const MemoryEstimate e = estimate_rank_memory(cfg, dims, args, pp_rank);
+  const auto plan = plan_of(cfg, dims, args);
+  const MemoryEstimate e = estimate(cfg, dims, args, plan.get(), pp_rank);
   double smallest = e.total();
   for (int r = 0; r < dims.pp && ranks_on_host > 1; ++r)
-    smallest = std::min(smallest, estimate_rank_memory(cfg, dims, args, r).total());
+    smallest = std::min(smallest, estimate(cfg, dims, args, plan.get(), r).total());
   const int others = std::max(0, ranks_on_host - 1);
   const double need = e.total() + others * smallest;
   const double gib = 1073741824.0;
