@@ -13,6 +13,8 @@ using Kind = PipeStep::Kind;
 struct Message {
   double arrival = -1;  // when a compute that needs it may start; -1: not yet known
   double send_post = -1, recv_post = -1, transfer = 0, done = -1;
+  // kPosted: where each side's step is (rank, index), to time it once the pair has met.
+  size_t send_rank = 0, send_step = 0, recv_rank = 0, recv_step = 0;
 };
 
 struct RankState {
@@ -21,6 +23,8 @@ struct RankState {
   size_t comm_cursor = 0;  // kAsync: next send / receive on the communication thread
   double comm_free = 0;    // kAsync: the communication thread is free from here
   std::vector<double> passed;  // kAsync: when the compute thread passed each step
+  int64_t unmet = 0;           // kPosted: its sends and receives posted whose pair has not met
+  double p2p_end = 0;          // kPosted: when its last met transfer ended
 };
 
 class Replayer {
@@ -54,9 +58,9 @@ class Replayer {
       const RankState& s = state_[r];
       if (!finished(r)) {
         result_.deadlock = true;
-        result_.stuck.push_back({static_cast<int>(r), s.cursor < ranks_[r].size() ? s.cursor : s.comm_cursor});
+        result_.stuck.push_back({static_cast<int>(r), s.cursor < ranks_[r].size() ? s.cursor : stuck_comm(r)});
       }
-      result_.rank_end_s[r] = std::max(s.t, s.comm_free);
+      result_.rank_end_s[r] = std::max({s.t, s.comm_free, s.p2p_end});
       for (const PipeStep& st : ranks_[r])
         if (st.kind == Kind::kCompute) result_.compute_busy_s[r] += st.duration_s;
       busy += result_.compute_busy_s[r];
@@ -83,7 +87,34 @@ class Replayer {
   bool finished(size_t r) const {
     const RankState& s = state_[r];
     if (s.cursor < ranks_[r].size()) return false;
+    if (mode_ == P2PMode::kPosted) return s.unmet == 0;
     return mode_ != P2PMode::kAsync || s.comm_cursor >= ranks_[r].size();
+  }
+
+  // An unfinished rank whose compute thread reached the end: its first send or receive that
+  // never completed.
+  size_t stuck_comm(size_t r) const {
+    if (mode_ != P2PMode::kPosted) return state_[r].comm_cursor;
+    for (size_t i = 0; i < ranks_[r].size(); ++i)
+      if (ranks_[r][i].kind != Kind::kCompute && result_.timing[r][i].end_s < 0) return i;
+    return ranks_[r].size();
+  }
+
+  // kPosted: posts step i of rank r at time t; times both sides once the pair has met.
+  void post(size_t r, size_t i, double t) {
+    const PipeStep& s = ranks_[r][i];
+    Message& m = messages_[s.message];
+    (s.kind == Kind::kSend ? m.send_rank : m.recv_rank) = r;
+    (s.kind == Kind::kSend ? m.send_step : m.recv_step) = i;
+    if (meet(s, t) < 0) {
+      ++state_[r].unmet;
+      return;
+    }
+    const size_t other = s.kind == Kind::kSend ? m.recv_rank : m.send_rank;
+    --state_[other].unmet;
+    result_.timing[m.send_rank][m.send_step] = {m.send_post, m.done};
+    result_.timing[m.recv_rank][m.recv_step] = {m.recv_post, m.done};
+    for (size_t side : {m.send_rank, m.recv_rank}) state_[side].p2p_end = std::max(state_[side].p2p_end, m.done);
   }
 
   // Start of a compute step, or -1 while a message it needs has not arrived.
@@ -129,6 +160,9 @@ class Replayer {
           }
         } else if (mode_ == P2PMode::kAsync) {
           st.passed[st.cursor] = st.t;  // handed to the communication thread
+          step_moved = true;
+        } else if (mode_ == P2PMode::kPosted) {
+          post(r, st.cursor, st.t);
           step_moved = true;
         } else {
           const double done = meet(s, st.t);

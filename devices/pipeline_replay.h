@@ -29,6 +29,12 @@ enum class P2PMode {
   // and then take the transfer time. Compute waits only for the receives it needs; the rank
   // ends when its communication thread has drained too.
   kAsync,
+  // Fused collectives where a send or receive is posted when the rank's compute thread
+  // reaches it (MPI_Isend / MPI_Irecv on the mpi backend, NCCL's batched p2p on GPUs): any
+  // number in flight, none waits behind another; a send and its receive meet once both are
+  // posted and then take the transfer time. Compute waits only for the receives it needs;
+  // the rank ends when its last transfer has.
+  kPosted,
   // Separate collectives: the rank's one thread runs each send and receive itself and stops
   // until the pair has met and the transfer has ended (rendezvous).
   kBlocking,

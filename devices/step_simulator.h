@@ -91,6 +91,10 @@ struct SimulationOptions {
   // (separate_launch_s).
   double separate_launch_s = -1;
   bool keep_events = false;  // StepReport::events: every task's timing (timeline traces)
+  // Fused mode, pipeline sends and receives: posted at issue, any number in flight (the mpi
+  // backend, NCCL), or queued in issue order behind the communicator's other ops (gloo).
+  // Separate mode blocks on each either way. devices/pipeline_replay.h: kPosted / kAsync.
+  bool p2p_posted = true;
 };
 
 // Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:

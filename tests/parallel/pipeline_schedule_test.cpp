@@ -79,10 +79,10 @@ void check_schedule(const PipeSchedule& s, const std::string& what) {
     }
   }
   // No deadlock when every send and receive blocks until its peer arrives, nor when they
-  // run asynchronously (fused mode).
+  // run asynchronously (fused mode: queued in order, or posted).
   auto unit = [](const PipeAction& a) { return a.compute() ? unit_cost(a.op) : 0.0; };
   auto free_p2p = [](const PipeAction&) { return 0.0; };
-  for (P2PMode mode : {P2PMode::kBlocking, P2PMode::kAsync}) {
+  for (P2PMode mode : {P2PMode::kBlocking, P2PMode::kAsync, P2PMode::kPosted}) {
     auto res = devices::replay_pipeline(pipeline_steps(s, mode, unit, free_p2p), mode);
     EXPECT_FALSE(res.deadlock) << what;
   }

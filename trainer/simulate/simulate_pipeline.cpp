@@ -154,7 +154,9 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
 PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const PipelineSegmentCosts& costs,
                                            const devices::SimulationOptions& options) {
   const bool fused = options.collective_mode == CollectiveMode::kFused;
-  const devices::P2PMode mode = fused ? devices::P2PMode::kAsync : devices::P2PMode::kBlocking;
+  const devices::P2PMode mode = !fused                ? devices::P2PMode::kBlocking
+                               : options.p2p_posted ? devices::P2PMode::kPosted
+                                                    : devices::P2PMode::kAsync;
   const PipeSchedule& s = rec.schedule;
   auto zero = [](const PipeAction&) { return 0.0; };
   const auto shape = pipeline_steps(s, mode, zero, zero);  // needs / makes / message ids of one run
