@@ -36,8 +36,9 @@ using WorkPtr = std::shared_ptr<Work>;
 // - dtypes: reductions take float32, float64, bfloat16, int32, int64; data movement any.
 // - collective_mode "fused": ops run asynchronously on this communicator's progress thread
 //   in issue order, and list ops are coalesced into flat buckets of at most bucket_cap_mb;
-//   on the mpi backend, sends and receives of contiguous tensors are instead posted at
-//   issue (MPI_Isend / MPI_Irecv) and may complete before ops issued ahead of them.
+//   sends and receives of contiguous tensors are instead posted at issue (MPI_Isend /
+//   MPI_Irecv; gloo's unbound-buffer send / recv) and may complete before ops issued ahead of
+//   them.
 //   "separate": every tensor is its own blocking collective on the calling thread and the
 //   returned Work is already complete. Either way wait() before touching the tensors.
 // - An op that runs past train_timeout_seconds, or a transport failure (dead peer), ends
@@ -69,8 +70,8 @@ class Communicator {
   WorkPtr broadcast(const at::Tensor& tensor, int root);
   WorkPtr all_to_all(const at::Tensor& out, const at::Tensor& in);
   // Point to point within the group (peer is a group rank). A send must meet a recv with
-  // the same tag; where fused mode queues them (gloo, non-contiguous tensors) both wait
-  // behind earlier ops, so order pairs accordingly.
+  // the same tag; where fused mode queues them (non-contiguous tensors, a backend that posts
+  // nothing) both wait behind earlier ops, so order pairs accordingly.
   WorkPtr send(const at::Tensor& tensor, int dst, int tag = 0);
   WorkPtr recv(const at::Tensor& tensor, int src, int tag = 0);
   WorkPtr barrier();

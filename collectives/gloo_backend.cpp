@@ -20,6 +20,7 @@
 #include "collectives/backend.h"
 #include "collectives/gloo_store.h"
 #include "collectives/launch_env.h"
+#include "collectives/posted_work.h"
 #include "collectives/transport_communicator.h"
 #include "collectives/watchdog.h"
 #include "common/error.h"
@@ -122,7 +123,7 @@ class GlooCommunicator : public TransportCommunicator {
   void send_raw(const void* buf, int64_t count, size_t es, int dst, int tag) override {
     guarded([&] {
       auto ub = ctx_->createUnboundBuffer(const_cast<void*>(buf), count * es);
-      ub->send(dst, gloo::Slot::build(kP2PSlot, static_cast<uint32_t>(tag)));
+      ub->send(dst, p2p_slot(tag));
       ub->waitSend(timeout_);
     });
   }
@@ -130,9 +131,22 @@ class GlooCommunicator : public TransportCommunicator {
   void recv_raw(void* buf, int64_t count, size_t es, int src, int tag) override {
     guarded([&] {
       auto ub = ctx_->createUnboundBuffer(buf, count * es);
-      ub->recv(src, gloo::Slot::build(kP2PSlot, static_cast<uint32_t>(tag)));
+      ub->recv(src, p2p_slot(tag));
       ub->waitRecv(timeout_);
     });
+  }
+
+  // Fused mode: an unbound buffer's send / recv only posts the transfer (gloo's device thread
+  // moves it); the returned work's wait() blocks in waitSend / waitRecv. Pairs and unbound
+  // buffers take their own locks, so this thread may post while the progress thread runs a
+  // collective on the same context; p2p slots are apart from the collectives'.
+  WorkPtr post_send(const at::Tensor& t, int dst, int tag, const OpInfo& info) override {
+    return post(t, info, [&](gloo::transport::UnboundBuffer& ub) { ub.send(dst, p2p_slot(tag)); },
+                [](gloo::transport::UnboundBuffer& ub, std::chrono::milliseconds ms) { ub.waitSend(ms); });
+  }
+  WorkPtr post_recv(const at::Tensor& t, int src, int tag, const OpInfo& info) override {
+    return post(t, info, [&](gloo::transport::UnboundBuffer& ub) { ub.recv(src, p2p_slot(tag)); },
+                [](gloo::transport::UnboundBuffer& ub, std::chrono::milliseconds ms) { ub.waitRecv(ms); });
   }
 
   void barrier_raw() override {
@@ -145,6 +159,26 @@ class GlooCommunicator : public TransportCommunicator {
   }
 
  private:
+  static uint64_t p2p_slot(int tag) { return gloo::Slot::build(kP2PSlot, static_cast<uint32_t>(tag)); }
+
+  template <typename Start, typename Finish>
+  WorkPtr post(const at::Tensor& t, const OpInfo& info, Start&& start, Finish finish) {
+    std::shared_ptr<gloo::transport::UnboundBuffer> ub = ctx_->createUnboundBuffer(t.data_ptr(), t.nbytes());
+    try {
+      start(*ub);
+    } catch (const gloo::Exception& e) {
+      abort_job(describe(info) + " failed: " + e.what());
+    }
+    const std::chrono::milliseconds ms = timeout_;
+    return std::make_shared<PostedWork>(t, info, options().train_timeout_seconds, [ub, info, finish, ms] {
+      try {
+        finish(*ub, ms);
+      } catch (const gloo::Exception& e) {
+        abort_job(describe(info) + " failed: " + e.what());
+      }
+    });
+  }
+
   // Every member issues ops in the same order, so a per-communicator counter gives
   // matching tags without any exchange. Slot tags have 24 bits.
   uint32_t next_tag() { return (tag_++) & 0xffffff; }

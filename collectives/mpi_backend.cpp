@@ -5,6 +5,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/mpi_runtime.h"
+#include "collectives/posted_work.h"
 #include "collectives/transport_communicator.h"
 #include "collectives/watchdog.h"
 #include "common/error.h"
@@ -34,46 +35,17 @@ void abort_on_error(const OpInfo& info, int rc) {
   if (rc != MPI_SUCCESS) abort_job(describe(info) + " failed: " + mpi_error_string(rc));
 }
 
-// A send or receive posted with MPI_Isend / MPI_Irecv (fused mode, Communicator::post_send):
-// completed by wait() on the waiting thread, watched for comm.train_timeout_seconds as a
-// running op is. Holds the tensor until then; dropped unwaited, it waits first (MPI must
-// not write into, or read from, freed memory).
-class MpiRequestWork : public Work {
- public:
-  MpiRequestWork(MPI_Request request, at::Tensor tensor, OpInfo info, double timeout_s)
-      : request_(request), tensor_(std::move(tensor)), info_(std::move(info)), timeout_s_(timeout_s) {}
-  ~MpiRequestWork() override { wait(); }
-
-  void wait() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    CollectiveScope scope(info_.group, info_.op.c_str(), info_.bytes);
-    WatchScope watch(info_, timeout_s_);
-    finish(MPI_Wait(&request_, MPI_STATUS_IGNORE));
-  }
-  bool is_done() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return true;
-    int flag = 0;
-    const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
-    if (flag || rc != MPI_SUCCESS) finish(rc);
-    return done_;
-  }
-
- private:
-  void finish(int rc) const {
-    abort_on_error(info_, rc);
-    done_ = true;
-    tensor_ = at::Tensor();
-  }
-
-  mutable std::mutex mu_;
-  mutable MPI_Request request_;
-  mutable at::Tensor tensor_;
-  const OpInfo info_;
-  const double timeout_s_;
-  mutable bool done_ = false;
-};
+// The Work of a send or receive posted with MPI_Isend / MPI_Irecv (fused mode).
+WorkPtr request_work(MPI_Request request, const at::Tensor& t, const OpInfo& info, double timeout_s) {
+  auto req = std::make_shared<MPI_Request>(request);
+  return std::make_shared<PostedWork>(
+      t, info, timeout_s, [req, info] { abort_on_error(info, MPI_Wait(req.get(), MPI_STATUS_IGNORE)); },
+      [req, info] {
+        int flag = 0;
+        abort_on_error(info, MPI_Test(req.get(), &flag, MPI_STATUS_IGNORE));
+        return flag != 0;
+      });
+}
 
 class MpiCommunicator : public TransportCommunicator {
  public:
@@ -140,13 +112,13 @@ class MpiCommunicator : public TransportCommunicator {
     MPI_Request request;
     const MPI_Datatype type = element_type(t.element_size());
     abort_on_error(info, MPI_Isend(t.data_ptr(), to_int(t.numel()), type, dst, tag, comm_.get(), &request));
-    return std::make_shared<MpiRequestWork>(request, t, info, options().train_timeout_seconds);
+    return request_work(request, t, info, options().train_timeout_seconds);
   }
   WorkPtr post_recv(const at::Tensor& t, int src, int tag, const OpInfo& info) override {
     MPI_Request request;
     const MPI_Datatype type = element_type(t.element_size());
     abort_on_error(info, MPI_Irecv(t.data_ptr(), to_int(t.numel()), type, src, tag, comm_.get(), &request));
-    return std::make_shared<MpiRequestWork>(request, t, info, options().train_timeout_seconds);
+    return request_work(request, t, info, options().train_timeout_seconds);
   }
 
   // Two ranks: each element of a sum is one addition a + b, and IEEE addition is

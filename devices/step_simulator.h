@@ -91,9 +91,11 @@ struct SimulationOptions {
   // (separate_launch_s).
   double separate_launch_s = -1;
   bool keep_events = false;  // StepReport::events: every task's timing (timeline traces)
-  // Fused mode, pipeline sends and receives: posted at issue, any number in flight (the mpi
-  // backend, NCCL), or queued in issue order behind the communicator's other ops (gloo).
-  // Separate mode blocks on each either way. devices/pipeline_replay.h: kPosted / kAsync.
+  // Fused mode, pipeline sends and receives: posted at issue, any number in flight, as the
+  // trainer runs them (mpi, gloo) and NCCL's batched p2p does; false: queued in issue order on
+  // one communication thread, the what-if of a runtime that hands them to its progress thread
+  // (what the trainer did until December 2026). Separate mode blocks on each either way.
+  // devices/pipeline_replay.h: kPosted / kAsync.
   bool p2p_posted = true;
 };
 

@@ -127,8 +127,6 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   f.memory = rec.memory.of(fused);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
-  // This host runs the real job: its backend decides. Accelerators run their vendor's p2p.
-  o.p2p_posted = !(chip.is_host() && cfg.comm.backend == CommBackend::kGloo);
   if (rec.pipeline) {
     const RecordedPipeline& p = *rec.pipeline;
     f.segment_costs = cost_pipeline_segments(p, placement, chip, o);
