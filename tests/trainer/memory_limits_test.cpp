@@ -8,6 +8,7 @@
 #include "tests/error_of.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/step/memory_limits.h"
+#include "trainer/step/parallelize.h"
 #include "trainer/components/tensor_memory.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/step/trainer.h"
@@ -110,6 +111,20 @@ TEST(MemoryLimits, FsdpUnderPipelineHoldsTheGatheredStageAndItsGradientSums) {
   EXPECT_EQ(estimate(llama_8b({"--parallelism.data_parallel_shard_degree", "2"}), 2).gathered, 0.0);
   // dp_shard -1 takes what the other degrees leave: 4 ranks shard over 4.
   EXPECT_NEAR(estimate(llama_8b({}), 4).weights / estimate(llama_8b({}), 1).weights, 0.25, 1e-12);
+}
+
+// The policy FSDP runs and the estimate sizes is one: "default" keeps units gathered under PP
+// (TorchTitan's default there) and reshards blocks after forward without it.
+TEST(MemoryLimits, ReshardPolicyUnderPipelineIsTheOneFsdpApplies) {
+  using R = FsdpOptions::Reshard;
+  const JobConfig def = debug_config({});
+  EXPECT_EQ(fsdp_reshard_policy(def, false), R::kDefault);
+  EXPECT_EQ(fsdp_reshard_policy(def, true), R::kNever);
+  for (const auto& [name, want] : {std::pair{"always", R::kAlways}, std::pair{"never", R::kNever}}) {
+    const JobConfig c = debug_config({"--parallelism.fsdp_reshard_after_forward", name});
+    EXPECT_EQ(fsdp_reshard_policy(c, false), want) << name;
+    EXPECT_EQ(fsdp_reshard_policy(c, true), want) << name;
+  }
 }
 
 TEST(MemoryLimits, RecomputedLayersKeepOnlyTheirInput) {

@@ -99,7 +99,7 @@ MemoryEstimate estimate(const JobConfig& cfg, const ParallelDims& dims, const Mo
   if (plan && dims.dp_shard_enabled()) {
     // The stage's units stay gathered from their first forward to the step's end (unless
     // resharded after every forward), and sync-off gradients sum at full size until REDUCE_GRAD.
-    const bool keeps_gathered = cfg.parallelism.fsdp_reshard_after_forward != ReshardPolicy::kAlways;
+    const bool keeps_gathered = fsdp_reshard_policy(cfg, /*pipeline=*/true) != FsdpOptions::Reshard::kAlways;
     e.gathered = params / tp *
                  ((keeps_gathered ? act_bytes : 0.0) + bytes_of(cfg.training.mixed_precision_reduce));
   }
@@ -131,13 +131,14 @@ double machine_memory_bytes() {
 }
 
 void check_fits_in_memory(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& args, int pp_rank,
-                          int ranks_on_host, double machine_bytes) {
+                          int ranks_on_host, double machine_bytes, const PipelinePlan* plan) {
   if (machine_bytes <= 0) return;
-  const auto plan = plan_of(cfg, dims, args);
-  const MemoryEstimate e = estimate(cfg, dims, args, plan.get(), pp_rank);
+  std::unique_ptr<PipelinePlan> own;
+  if (!plan && dims.pp > 1) plan = (own = plan_of(cfg, dims, args)).get();
+  const MemoryEstimate e = estimate(cfg, dims, args, plan, pp_rank);
   double smallest = e.total();
   for (int r = 0; r < dims.pp && ranks_on_host > 1; ++r)
-    smallest = std::min(smallest, estimate(cfg, dims, args, plan.get(), r).total());
+    smallest = std::min(smallest, estimate(cfg, dims, args, plan, r).total());
   const int others = std::max(0, ranks_on_host - 1);
   const double need = e.total() + others * smallest;
   const double gib = 1073741824.0;

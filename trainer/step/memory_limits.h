@@ -14,6 +14,8 @@
 
 namespace titan {
 
+struct PipelinePlan;  // trainer/step/pipeline_model.h
+
 struct MemoryEstimate {
   double activations = 0;  // kept for backward at the rank's peak (pipeline: micro-batches in flight)
   double logits = 0;       // logits and their gradient, one micro-batch (pipeline: last stage only)
@@ -34,8 +36,9 @@ double machine_memory_bytes();
 
 // A config error naming training.local_batch_size and training.seq_len with the estimate in
 // bytes when this rank's estimate plus the smallest estimate of any rank, for each of the
-// other ranks_on_host - 1 ranks on this host, exceeds machine_bytes.
+// other ranks_on_host - 1 ranks on this host, exceeds machine_bytes. plan: the run's pipeline
+// plan under PP (nullptr: built here).
 void check_fits_in_memory(const JobConfig& cfg, const ParallelDims& dims, const ModelArgs& args, int pp_rank,
-                          int ranks_on_host, double machine_bytes);
+                          int ranks_on_host, double machine_bytes, const PipelinePlan* plan = nullptr);
 
 }  // namespace titan

@@ -143,6 +143,15 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
 
 bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1; }
 
+FsdpOptions::Reshard fsdp_reshard_policy(const JobConfig& cfg, bool pipeline) {
+  switch (cfg.parallelism.fsdp_reshard_after_forward) {
+    case ReshardPolicy::kAlways: return FsdpOptions::Reshard::kAlways;
+    case ReshardPolicy::kNever: return FsdpOptions::Reshard::kNever;
+    case ReshardPolicy::kDefault: break;
+  }
+  return pipeline ? FsdpOptions::Reshard::kNever : FsdpOptions::Reshard::kDefault;
+}
+
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg, PipelineModel* pipeline) {
   ParallelizedModel out;
   const bool fused = cfg.training.fused_kernels;
@@ -166,19 +175,9 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   }
   if (applies_fsdp(mesh)) {
     FsdpOptions o;
-    switch (cfg.parallelism.fsdp_reshard_after_forward) {
-      case ReshardPolicy::kDefault: o.reshard_after_forward = FsdpOptions::Reshard::kDefault; break;
-      case ReshardPolicy::kAlways: o.reshard_after_forward = FsdpOptions::Reshard::kAlways; break;
-      case ReshardPolicy::kNever: o.reshard_after_forward = FsdpOptions::Reshard::kNever; break;
-    }
+    o.reshard_after_forward = fsdp_reshard_policy(cfg, pipeline != nullptr);
     o.param_dtype = scalar_type(cfg.training.mixed_precision_param);
     o.reduce_dtype = scalar_type(cfg.training.mixed_precision_reduce);
-    // Under PP the default keeps every unit gathered from its first forward to the end of
-    // the pipeline step, as TorchTitan's default does: a stage's blocks run once per
-    // micro-batch, and freeing them after each forward would gather them twice per
-    // micro-batch instead of once per step.
-    if (pipeline && o.reshard_after_forward == FsdpOptions::Reshard::kDefault)
-      o.reshard_after_forward = FsdpOptions::Reshard::kNever;
     const bool tied = !model->output;
     const bool has_embedding = !pipeline || pipeline->holds("tok_embeddings.weight");
     const bool has_head = !pipeline || pipeline->holds("norm.weight");

@@ -41,6 +41,13 @@ void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, b
 // (FSDP, HSDP or DDP).
 bool applies_fsdp(const DeviceMesh& mesh);
 
+// The FSDP reshard policy parallelize() applies: parallelism.fsdp_reshard_after_forward, whose
+// "default" under PP (pipeline true) keeps every unit gathered from its first forward to the
+// end of the pipeline step, as TorchTitan's default does: a stage's blocks run once per
+// micro-batch, and freeing them after each forward would gather them twice per micro-batch
+// instead of once per step. The memory pre-check sizes the gathered stage from it.
+FsdpOptions::Reshard fsdp_reshard_policy(const JobConfig& cfg, bool pipeline);
+
 class PipelineModel;
 // pipeline (may be null): this rank's pipeline stages; parameters of other stages are freed
 // after the TP plan and FSDP units cover only this rank's modules.

@@ -52,9 +52,9 @@ PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t 
   return plan;
 }
 
-PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta) {
+PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, PipelinePlan plan,
+                             bool on_meta) {
   const auto& p = cfg.parallelism;
-  PipelinePlan plan = plan_pipeline(cfg, args, mesh.size("pp"), fsdp);
   stages_ = std::move(plan.stages);
   schedule_ = std::move(plan.schedule);
   microbatch_size_ = p.pipeline_parallel_microbatch_size;

@@ -28,16 +28,17 @@ struct PipelinePlan {
   std::vector<StageLayers> stages;
   PipeSchedule schedule;
 };
-// pp ranks; fsdp: the schedule carries REDUCE_GRAD. Config errors as PipelineModel's.
+// pp ranks; fsdp: FSDP units will shard the rank's parameters (the schedule then carries
+// REDUCE_GRAD). Config errors for an unknown schedule, layers that cannot be split, a
+// micro-batch size that does not divide the local batch, too few or too many micro-batches
+// for the schedule, tied embeddings.
 PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t pp, bool fsdp);
 
 class PipelineModel {
  public:
-  // Every rank builds the same plan. fsdp: FSDP units will shard this rank's parameters
-  // (the schedule then carries REDUCE_GRAD). Config errors for an unknown schedule, layers
-  // that cannot be split, a micro-batch size that does not divide the local batch, too few
-  // micro-batches for the schedule, tied embeddings.
-  PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, bool fsdp, bool on_meta);
+  // plan: plan_pipeline's for this config and mesh (every rank builds the same; the trainer
+  // builds it once for the memory pre-check and this).
+  PipelineModel(const JobConfig& cfg, const ModelArgs& args, DeviceMesh& mesh, PipelinePlan plan, bool on_meta);
   ~PipelineModel();
 
   const PipeSchedule& schedule() const { return schedule_; }

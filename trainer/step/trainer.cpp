@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #ifdef __GLIBC__
@@ -135,22 +136,25 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   // Before the mesh's groups and every later collective, whose sizes follow the config.
   if (!on_meta_ && world_->size() > 1) check_ranks_agree(cfg_, args_.vocab_size, *world_->comm());
   mesh_ = ParallelDims(dims_).build_mesh(world_);
-  // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
-  if (!on_meta_) {
-    const int pp_rank = dims_.pp > 1 ? static_cast<int>(mesh_->coordinate("pp")) : 0;
-    check_fits_in_memory(cfg_, dims_, args_, pp_rank, ranks_on_this_host(), machine_memory_bytes());
-  }
   // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
   // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
   // precision policy); without those plans the model is built in that dtype itself.
   const bool fp32_masters = applies_fsdp(*mesh_);
+  std::optional<PipelinePlan> plan;
+  if (dims_.pp > 1) plan = plan_pipeline(cfg_, args_, dims_.pp, fp32_masters);
+  // Refused before the model or a batch is allocated, instead of an OOM kill mid-step.
+  if (!on_meta_) {
+    const int pp_rank = dims_.pp > 1 ? static_cast<int>(mesh_->coordinate("pp")) : 0;
+    check_fits_in_memory(cfg_, dims_, args_, pp_rank, ranks_on_this_host(), machine_memory_bytes(),
+                         plan ? &*plan : nullptr);
+  }
   auto opts = torch::TensorOptions().dtype(
       fp32_masters ? torch::kFloat32 : scalar_type(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
   model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
-  if (dims_.pp > 1) pipeline_ = std::make_unique<PipelineModel>(cfg_, args_, *mesh_, fp32_masters, on_meta_);
+  if (plan) pipeline_ = std::make_unique<PipelineModel>(cfg_, args_, *mesh_, std::move(*plan), on_meta_);
   parallel_ = parallelize(model_, *mesh_, cfg_, pipeline_.get());
 
   const int64_t dp = mesh_->size("dp");
