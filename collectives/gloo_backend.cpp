@@ -164,18 +164,10 @@ class GlooCommunicator : public TransportCommunicator {
   template <typename Start, typename Finish>
   WorkPtr post(const at::Tensor& t, const OpInfo& info, Start&& start, Finish finish) {
     std::shared_ptr<gloo::transport::UnboundBuffer> ub = ctx_->createUnboundBuffer(t.data_ptr(), t.nbytes());
-    try {
-      start(*ub);
-    } catch (const gloo::Exception& e) {
-      abort_job(describe(info) + " failed: " + e.what());
-    }
+    guarded_as([&] { return info; }, [&] { start(*ub); });
     const std::chrono::milliseconds ms = timeout_;
     return std::make_shared<PostedWork>(t, info, options().train_timeout_seconds, [ub, info, finish, ms] {
-      try {
-        finish(*ub, ms);
-      } catch (const gloo::Exception& e) {
-        abort_job(describe(info) + " failed: " + e.what());
-      }
+      guarded_as([&] { return info; }, [&] { finish(*ub, ms); });
     });
   }
 
@@ -183,14 +175,20 @@ class GlooCommunicator : public TransportCommunicator {
   // matching tags without any exchange. Slot tags have 24 bits.
   uint32_t next_tag() { return (tag_++) & 0xffffff; }
 
-  // gloo reports timeouts and dead peers as exceptions; they end the job (watchdog.h).
-  template <typename F>
-  void guarded(F&& f) {
+  // gloo reports timeouts and dead peers as exceptions; they end the job naming the op
+  // (watchdog.h): the running one, or a posted send / receive's own. who() is only called
+  // on failure.
+  template <typename Who, typename F>
+  static void guarded_as(const Who& who, F&& f) {
     try {
       f();
     } catch (const gloo::Exception& e) {
-      abort_job(describe(current_op()) + " failed: " + e.what());
+      abort_job(describe(who()) + " failed: " + e.what());
     }
+  }
+  template <typename F>
+  void guarded(F&& f) {
+    guarded_as([this] { return current_op(); }, std::forward<F>(f));
   }
 
   std::shared_ptr<gloo::Context> ctx_;

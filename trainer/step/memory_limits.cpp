@@ -134,7 +134,7 @@ void check_fits_in_memory(const JobConfig& cfg, const ParallelDims& dims, const 
                           int ranks_on_host, double machine_bytes, const PipelinePlan* plan) {
   if (machine_bytes <= 0) return;
   std::unique_ptr<PipelinePlan> own;
-  if (!plan && dims.pp > 1) plan = (own = plan_of(cfg, dims, args)).get();
+  if (!plan) plan = (own = plan_of(cfg, dims, args)).get();
   const MemoryEstimate e = estimate(cfg, dims, args, plan, pp_rank);
   double smallest = e.total();
   for (int r = 0; r < dims.pp && ranks_on_host > 1; ++r)
