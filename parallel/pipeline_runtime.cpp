@@ -88,7 +88,31 @@ void PipelineRuntime::send(const PipeAction& a) {
     to = peer(a.stage - 1), tag = kGradientTag;
     s.input = torch::Tensor();
   }
-  sends_.push_back({pp_->send(t, to, tag), t});
+  sends_.push_back({a, pp_->send(t, to, tag), t});
+}
+
+// A completed send's buffer is released as soon as nothing else holds it: an input gradient at
+// once, an activation once its stage's backward has dropped the output it shares storage with.
+// Holding every send until the end of the run kept one activation and one gradient per
+// micro-batch alive: memory that grew with the micro-batch count.
+void PipelineRuntime::release_finished_sends() {
+  auto releasable = [&](const Send& s) {
+    if (!s.work->is_done()) return false;
+    if (s.action.op == PipeOp::kSendB) return true;
+    const auto at = slots_.find({s.action.stage, s.action.microbatch});
+    return at == slots_.end() || !at->second.output.defined();
+  };
+  auto keep = sends_.begin();
+  for (auto it = sends_.begin(); it != sends_.end(); ++it) {
+    if (releasable(*it)) {
+      it->work->wait();  // done: returns at once, and reports a failed send here
+      release_storage(it->tensor);
+    } else {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+    }
+  }
+  sends_.erase(keep, sends_.end());
 }
 
 void PipelineRuntime::recv(const PipeAction& a, const PipelineStageFns& fns) {
@@ -132,11 +156,13 @@ torch::Tensor PipelineRuntime::run(const PipelineStageFns& fns) {
       case PipeOp::kReshard:
         TITAN_FAIL("pipeline: ", a.to_string(), " is not supported by the runtime");
     }
+    // Inside the action's scope: the simulator's recording cuts segments at these bounds.
+    release_finished_sends();
     if (fns.observer) fns.observer(a, false);
   }
-  for (auto& [work, tensor] : sends_) {
-    work->wait();
-    release_storage(tensor);  // held for the send until here
+  for (auto& s : sends_) {
+    s.work->wait();
+    release_storage(s.tensor);  // held for the send until here
   }
   sends_.clear();
   TITAN_CHECK(!store_ || store_->pending() == 0, "pipeline: ", store_ ? store_->pending() : 0,

@@ -58,6 +58,7 @@ class PipelineRuntime {
   void backward(const PipeAction& a);
   void send(const PipeAction& a);
   void recv(const PipeAction& a, const PipelineStageFns& fns);
+  void release_finished_sends();
   int peer(int stage) const { return schedule_.stage_rank[stage]; }
 
   PipeSchedule schedule_;
@@ -65,7 +66,12 @@ class PipelineRuntime {
   std::shared_ptr<Communicator> pp_;
   WeightGradStore* store_;
   std::map<std::pair<int, int>, Slot> slots_;
-  std::vector<std::pair<WorkPtr, torch::Tensor>> sends_;  // kept alive until they complete
+  struct Send {
+    PipeAction action;
+    WorkPtr work;
+    torch::Tensor tensor;  // kept alive until the send completes
+  };
+  std::vector<Send> sends_;
   torch::Tensor loss_;
 };
 

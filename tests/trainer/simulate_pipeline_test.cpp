@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "trainer/config/config_loader.h"
+#include "parallel/pipeline_schedule.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/simulate/simulate_pipeline.h"
 
 namespace titan {
 namespace {
@@ -29,8 +31,11 @@ JobConfig pp_config(const std::string& schedule, std::vector<std::string> extra 
   return load_job_config(args);
 }
 
+// Every micro-batch recorded (no micro-batch extrapolation): the recording's own structure.
+const std::vector<std::string> kRecordAll = {"--simulation.microbatch_extrapolation", "false"};
+
 TEST(SimulatePipeline, EveryStageRecordedWithSendsAndReceives) {
-  RecordedStep rec = record_step(pp_config("1F1B"));
+  RecordedStep rec = record_step(pp_config("1F1B", kRecordAll));
   ASSERT_TRUE(rec.pipeline);
   const RecordedPipeline& p = *rec.pipeline;
   ASSERT_EQ(p.ranks.size(), 4u);
@@ -62,8 +67,9 @@ TEST(SimulatePipeline, StagesAreGatheredOncePerStepByDefault) {
     for (const auto& c : rec.pipeline->calls[q]) n += c.type == SimCollectiveEvent::Type::kCall && c.op == "all_gather";
     return n;
   };
-  RecordedStep kept = record_step(pp_config("1F1B"));
-  RecordedStep freed = record_step(pp_config("1F1B", {"--parallelism.fsdp_reshard_after_forward", "always"}));
+  RecordedStep kept = record_step(pp_config("1F1B", kRecordAll));
+  RecordedStep freed = record_step(pp_config("1F1B", {"--parallelism.fsdp_reshard_after_forward", "always",
+                                                      "--simulation.microbatch_extrapolation", "false"}));
   ASSERT_TRUE(kept.pipeline && freed.pipeline);
   for (size_t q = 0; q < 4; ++q) {
     // Two blocks per stage, plus the embedding on the first and the output on the last.
@@ -145,6 +151,84 @@ TEST(SimulatePipeline, BlockingSendsAreInTheUncertaintyReport) {
   // Separate mode adds every blocking send to what was exposed in fused mode's segments.
   EXPECT_GE(comm_uncertain_s(rs), sends * (1 - 1e-9));
   EXPECT_LT(comm_uncertain_s(rf), comm_uncertain_s(rs));
+}
+
+// Micro-batch extrapolation records the fewest micro-batches that pass through every memory
+// state of the full schedule and replays all of them on those traces: the same step time,
+// bubble, per-rank busy time and memory, and counts as recording every micro-batch.
+TEST(SimulatePipeline, MicrobatchExtrapolationMatchesTheFullRecording) {
+  struct Case {
+    std::string schedule;
+    std::vector<std::string> extra;
+  };
+  const std::vector<std::string> many = {"--training.local_batch_size", "24", "--training.global_batch_size", "96"};
+  // The one part of memory that grows with micro-batches: the step's batch of token ids and
+  // labels (8 bytes each per token) on the first and last ranks, recorded for fewer of them.
+  auto batch_gib = [](const JobConfig& c) { return c.training.global_batch_size / 4 * 1024.0 * 16 / (1 << 30); };
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<Case> cases = {
+      {"1F1B", many},
+      {"1F1B", with(many, {"--comm.collective_mode", "separate"})},
+      {"1F1B", {"--training.local_batch_size", "12", "--training.global_batch_size", "96"}},  // 2 runs of 12 a step
+      {"Interleaved1F1B", many},
+      {"ZBVZeroBubble", many},
+      {"InterleavedZeroBubble", many},
+  };
+  int extrapolated = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schedule + (c.extra.size() > 4 ? " " + c.extra.back() : ""));
+    const JobConfig some = pp_config(c.schedule, c.extra);
+    const JobConfig all = pp_config(c.schedule, with(c.extra, kRecordAll));
+    const RecordedStep rec = record_step(some);
+    ASSERT_TRUE(rec.pipeline);
+    const int m = rec.pipeline->schedule.num_microbatches;
+    EXPECT_EQ(m, some.training.local_batch_size);
+    EXPECT_GE(rec.pipeline->recorded_microbatches, 3);
+    extrapolated += rec.pipeline->recorded_microbatches < m;
+    std::printf("%s: %d of %d micro-batches recorded\n", c.schedule.c_str(), rec.pipeline->recorded_microbatches, m);
+    const SimulationResult a = simulate(some, false), b = simulate(all, false);
+    EXPECT_NEAR(a.report.step_time_s, b.report.step_time_s, 1e-9 * b.report.step_time_s);
+    EXPECT_NEAR(a.pipeline_bubble_fraction, b.pipeline_bubble_fraction, 1e-9);
+    EXPECT_NEAR(a.report.exposed_comm_s, b.report.exposed_comm_s, 1e-9 * b.report.step_time_s);
+    EXPECT_NEAR(a.report.compute_s, b.report.compute_s, 1e-9 * b.report.step_time_s);
+    EXPECT_EQ(a.report.ops, b.report.ops);
+    EXPECT_EQ(a.report.kernels, b.report.kernels);
+    EXPECT_EQ(a.report.collectives, b.report.collectives);
+    ASSERT_EQ(a.pipeline_rank_busy_s.size(), b.pipeline_rank_busy_s.size());
+    for (size_t q = 0; q < a.pipeline_rank_busy_s.size(); ++q) {
+      EXPECT_NEAR(a.pipeline_rank_busy_s[q], b.pipeline_rank_busy_s[q], 1e-9 * b.report.step_time_s) << q;
+      EXPECT_NEAR(a.pipeline_rank_memory_gib[q], b.pipeline_rank_memory_gib[q], batch_gib(some)) << q;
+    }
+  }
+  EXPECT_GE(extrapolated, 4);  // not every case may find fewer; most must
+}
+
+// GPipe holds every micro-batch at its peak: no fewer can stand in for them.
+TEST(SimulatePipeline, GPipeIsRecordedWhole) {
+  EXPECT_EQ(recorded_microbatch_count(make_pipeline_schedule("GPipe", 4, 4, 12)), 12);
+  const int k = recorded_microbatch_count(make_pipeline_schedule("1F1B", 4, 4, 64));
+  EXPECT_GE(k, 3);
+  EXPECT_LE(k, 12);
+}
+
+// A completed send's buffer is released once its stage's backward is done: the step's memory
+// does not grow with the micro-batch count (it held every send until the run ended).
+TEST(SimulatePipeline, MemoryDoesNotGrowWithMicrobatchesUnder1F1B) {
+  const SimulationResult eight = simulate(pp_config("1F1B", kRecordAll), false);
+  const SimulationResult sixteen = simulate(
+      pp_config("1F1B", {"--training.local_batch_size", "16", "--training.global_batch_size", "64",
+                         "--simulation.microbatch_extrapolation", "false"}),
+      false);
+  ASSERT_EQ(eight.pipeline_rank_memory_gib.size(), 4u);
+  // But for the batch itself: 8 more sequences of 1024 token ids (first rank) or labels (last).
+  const double batch_gib = 8.0 * 1024 * 8 / (1 << 30);
+  for (size_t q = 0; q < 4; ++q) {
+    const double grown = sixteen.pipeline_rank_memory_gib[q] - eight.pipeline_rank_memory_gib[q];
+    EXPECT_NEAR(grown, q == 0 || q == 3 ? batch_gib : 0.0, 1e-9) << q;
+  }
 }
 
 }  // namespace

@@ -160,6 +160,8 @@ Registry make_registry(JobConfig& c) {
         "how ops are dispatched on the device");
   r.add("simulation", "chip_file", &c.simulation.chip_file, "TOML file adding a chip");
   r.add("simulation", "allow_oom", &c.simulation.allow_oom, "report a layout that does not fit");
+  r.add("simulation", "microbatch_extrapolation", &c.simulation.microbatch_extrapolation,
+        "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
   return r;
 }
 

@@ -135,6 +135,8 @@ struct SimulationSection {
   Execution execution = Execution::kDeferAndFuse;
   std::string chip_file = "";  // a chip data file that adds or overrides a catalog chip
   bool allow_oom = false;      // report a layout that does not fit instead of refusing it
+  // Under PP, record fewer micro-batches and replay all of them (trainer/simulate/simulate_pipeline.h).
+  bool microbatch_extrapolation = true;
 };
 
 // TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a

@@ -77,24 +77,24 @@ std::string pipeline_chrome_trace_json(const RecordedPipeline& rec, const Pipeli
       events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid},
                         {"args", {{"sort_index", tid}}}});
     }
-    TITAN_CHECK(replay.timing[r].size() == rec.ranks[r].size(), "chrome trace: pipeline rank ", r, " timed ",
-                replay.timing[r].size(), " segments, recorded ", rec.ranks[r].size());
+    TITAN_CHECK(replay.timing[r].size() == rec.program[r].size(), "chrome trace: pipeline rank ", r, " timed ",
+                replay.timing[r].size(), " segments, replayed ", rec.program[r].size());
     // The rank's compute intervals in time order; the gaps between them (and to the
     // makespan) are its bubble.
     std::vector<std::pair<double, double>> busy;
-    for (size_t i = 0; i < rec.ranks[r].size(); ++i) {
-      const PipelineSegment& seg = rec.ranks[r][i];
+    for (size_t i = 0; i < rec.program[r].size(); ++i) {
+      const ReplayedSegment& p = rec.program[r][i];
+      const PipelineSegment& seg = rec.ranks[r][p.segment];
       const devices::PipeTiming& t = replay.timing[r][i];
       if (seg.is_action && seg.action.p2p()) {
-        x(pid, kP2P, seg.action.to_string(), "p2p", t.start_s, t.end_s,
-          {{"bytes", seg.p2p_bytes}, {"run", seg.run}});
+        x(pid, kP2P, p.action.to_string(), "p2p", t.start_s, t.end_s, {{"bytes", seg.p2p_bytes}, {"run", p.run}});
         continue;
       }
-      const std::string name = seg.is_action ? seg.action.to_string() : "outside the schedule";
-      nlohmann::json args = seg.is_action ? nlohmann::json{{"stage", seg.action.stage},
-                                                           {"microbatch", seg.action.microbatch},
-                                                           {"run", seg.run}}
-                                          : nlohmann::json{{"run", seg.run}};
+      const std::string name = seg.is_action ? p.action.to_string() : "outside the schedule";
+      nlohmann::json args = seg.is_action ? nlohmann::json{{"stage", p.action.stage},
+                                                           {"microbatch", p.action.microbatch},
+                                                           {"run", p.run}}
+                                          : nlohmann::json{{"run", p.run}};
       x(pid, kCompute, name, "compute", t.start_s, t.end_s, std::move(args));
       if (t.end_s > t.start_s) busy.emplace_back(t.start_s, t.end_s);
     }

@@ -227,7 +227,7 @@ devices::TraceMemory extrapolate_memory(Fit& fit, const std::string& what, const
 }
 
 bool same_segments(const RecordedPipeline& a, const RecordedPipeline& b) {
-  if (a.ranks.size() != b.ranks.size() || a.runs != b.runs) return false;
+  if (a.ranks.size() != b.ranks.size() || a.runs != b.runs || a.program != b.program) return false;
   for (size_t r = 0; r < a.ranks.size(); ++r) {
     if (a.ranks[r].size() != b.ranks[r].size()) return false;
     for (size_t i = 0; i < a.ranks[r].size(); ++i) {
@@ -266,7 +266,6 @@ void extrapolate_pipeline(Fit& fit, const std::array<ReplayFigures, 3>& f, Repla
     e.rank0_exposed[i] = extrapolate_items(fit, "exposed", ca.rank0_exposed[i], cb.rank0_exposed[i],
                                            cc.rank0_exposed[i], step);
   }
-  e.rank0_sends = fit.real("pipeline sends", ca.rank0_sends, cb.rank0_sends, cc.rank0_sends, step);
   if (!fit.ok()) return;
   PipelineReplayReport pr = compose_pipeline_step(*c.pipeline_structure, e, c.options);
   out.report = std::move(pr.report);

@@ -4,7 +4,7 @@
 namespace titan::wire {
 
 // As in recording_wire_trace.cpp: a field added to these structs must be carried here too.
-static_assert(sizeof(RecordedPipeline) == 296 && sizeof(PipelineSegment) == 192 && sizeof(PipeSchedule) == 96,
+static_assert(sizeof(RecordedPipeline) == 328 && sizeof(PipelineSegment) == 192 && sizeof(PipeSchedule) == 96,
               "a recorded pipeline's parts changed: carry the new fields in recording_wire_pipeline.cpp, then "
               "update these sizes");
 
@@ -46,6 +46,10 @@ void put(Writer& w, const RecordedPipeline& p) {
   w.list(p.storage_resizes, [&](const std::vector<devices::StorageResize>& t) { put(w, t); });
   w.list(p.holds_output, [&](bool b) { w.pod(b); });
   w.i64(p.param_elem_bytes);
+  w.pod(p.recorded_microbatches);
+  w.list(p.program, [&](const std::vector<ReplayedSegment>& steps) {
+    w.list(steps, [&](const ReplayedSegment& x) { w.i64(static_cast<int64_t>(x.segment)), w.pod(x.action), w.pod(x.run); });
+  });
 }
 void get(Reader& r, RecordedPipeline* p) {
   get(r, &p->schedule);
@@ -70,6 +74,20 @@ void get(Reader& r, RecordedPipeline* p) {
   const std::vector<char> holds = r.list<char>([&](char& b) { b = r.pod<bool>(); });
   p->holds_output.assign(holds.begin(), holds.end());
   p->param_elem_bytes = r.i64();
+  p->recorded_microbatches = r.pod<int>();
+  p->program = r.list<std::vector<ReplayedSegment>>([&](std::vector<ReplayedSegment>& steps) {
+    steps = r.list<ReplayedSegment>([&](ReplayedSegment& x) {
+      const int64_t i = r.i64();
+      TITAN_CHECK(i >= 0, "recording message: a replayed segment index ", i);
+      x.segment = static_cast<size_t>(i), x.action = r.pod<PipeAction>(), x.run = r.pod<int>();
+    });
+  });
+  TITAN_CHECK(p->program.size() == p->ranks.size(), "recording message: programs for ", p->program.size(), " of ",
+              p->ranks.size(), " pipeline ranks");
+  for (size_t q = 0; q < p->ranks.size(); ++q)
+    for (const ReplayedSegment& x : p->program[q])
+      TITAN_CHECK(x.segment < p->ranks[q].size(), "recording message: pipeline rank ", q, " replays segment ",
+                  x.segment, " of ", p->ranks[q].size());
 }
 
 }  // namespace titan::wire

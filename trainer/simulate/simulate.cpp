@@ -137,6 +137,8 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     f.pipeline = true;
     f.pipeline_schedule = p.schedule.name;
     f.pipeline_stages = p.schedule.num_stages;
+    f.pipeline_microbatches = p.schedule.num_microbatches;
+    f.pipeline_recorded_microbatches = p.recorded_microbatches;
     f.bubble_fraction = pr.bubble_fraction;
     f.exposed_by_kind = std::move(pr.exposed_by_kind);
     f.rank_busy_s = std::move(pr.rank_busy_s);
@@ -170,6 +172,8 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
   if (f.pipeline) {
     r.pipeline_schedule = f.pipeline_schedule;
     r.pipeline_stages = f.pipeline_stages;
+    r.pipeline_microbatches = f.pipeline_microbatches;
+    r.pipeline_recorded_microbatches = f.pipeline_recorded_microbatches;
     r.pipeline_bubble_fraction = f.bubble_fraction;
     r.pipeline_rank_busy_s = f.rank_busy_s;
   }
@@ -266,7 +270,11 @@ std::string format_report(const SimulationResult& r) {
         "head_dim x seq per token, attention not halved)\n";
   os << "  memory/chip     " << r.memory.describe() << (r.memory.fits ? "  fits" : "  DOES NOT FIT") << "\n";
   if (!r.pipeline_schedule.empty()) {
-    os << "  pipeline        " << r.pipeline_schedule << ", " << r.pipeline_stages << " stages; bubble "
+    os << "  pipeline        " << r.pipeline_schedule << ", " << r.pipeline_stages << " stages, "
+       << r.pipeline_microbatches << " micro-batches";
+    if (r.pipeline_recorded_microbatches < r.pipeline_microbatches)
+      os << " (replayed on " << r.pipeline_recorded_microbatches << " recorded)";
+    os << "; bubble "
        << std::setprecision(1) << 100.0 * r.pipeline_bubble_fraction << " % of rank-time; per pipeline rank busy";
     for (double b : r.pipeline_rank_busy_s) os << " " << std::setprecision(4) << b;
     os << " s, memory";
@@ -356,6 +364,8 @@ std::string to_json(const SimulationResult& r) {
   if (!r.pipeline_schedule.empty()) {
     j["pipeline"] = {{"schedule", r.pipeline_schedule},
                      {"stages", r.pipeline_stages},
+                     {"microbatches", r.pipeline_microbatches},
+                     {"recorded_microbatches", r.pipeline_recorded_microbatches},
                      {"bubble_fraction", r.pipeline_bubble_fraction},
                      {"rank_busy_s", r.pipeline_rank_busy_s},
                      {"rank_memory_gib", r.pipeline_rank_memory_gib}};

@@ -73,6 +73,8 @@ struct SimulationResult {
   // pipeline rank's busy time and memory (the memory above is the largest).
   std::string pipeline_schedule;
   int64_t pipeline_stages = 0;
+  // Per schedule run: micro-batches replayed, and recorded (fewer under micro-batch extrapolation).
+  int64_t pipeline_microbatches = 0, pipeline_recorded_microbatches = 0;
   double pipeline_bubble_fraction = 0;
   std::vector<double> pipeline_rank_busy_s;
   std::vector<double> pipeline_rank_memory_gib;
@@ -91,6 +93,7 @@ struct ReplayFigures {
   bool pipeline = false;
   std::string pipeline_schedule;
   int64_t pipeline_stages = 0;
+  int64_t pipeline_microbatches = 0, pipeline_recorded_microbatches = 0;  // per schedule run
   double bubble_fraction = 0;
   std::vector<devices::CostItem> exposed_by_kind;  // exposed communication by collective kind
   std::vector<double> rank_busy_s;

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "collectives/world.h"
 #include "common/error.h"
+#include "parallel/fsdp_observer.h"
 #include "trainer/simulate/exposed_comm.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
@@ -41,9 +45,185 @@ devices::StepMemory rank_memory(const RecordedPipeline& p, size_t q) {
   return devices::trace_memory(parts, p.storages[q], p.storage_resizes[q]);
 }
 
+namespace {
+
+// What a rank's memory at any moment depends on in a schedule: per stage it holds, how many
+// micro-batches' full activations (forward done, no backward yet), deferred weight-gradient
+// inputs (I done, W not) and received but unused activations and gradients it holds, and
+// whether its gradients exist yet (after its first backward action). Per rank, the set of
+// states it passes through: once a schedule's steady state is long enough to visit every
+// state the full count visits, more micro-batches only repeat them, and the step's memory
+// peak is the same. (The peak count alone is not: 1F1B with as many micro-batches as ranks
+// reaches it only before any gradient exists.)
+std::vector<std::set<std::vector<int>>> memory_states(const PipeSchedule& s) {
+  std::vector<std::set<std::vector<int>>> out(s.ranks.size());
+  constexpr size_t kHeld = 0, kDeferred = 1, kActIn = 2, kGradIn = 3, kPerStage = 4;
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::vector<int> stages = s.stages_of(static_cast<int>(r));
+    std::vector<int> state(1 + kPerStage * stages.size(), 0);  // gradients exist, then per stage
+    for (const PipeAction& a : s.ranks[r]) {
+      const auto at = std::find(stages.begin(), stages.end(), a.stage);
+      if (at == stages.end()) continue;
+      int* st = &state[1 + kPerStage * static_cast<size_t>(at - stages.begin())];
+      auto use = [](int& n) { n = std::max(0, n - 1); };
+      switch (a.op) {
+        case PipeOp::kRecvF: ++st[kActIn]; break;
+        case PipeOp::kRecvB: ++st[kGradIn]; break;
+        case PipeOp::kForward: ++st[kHeld], use(st[kActIn]); break;
+        case PipeOp::kBackward: --st[kHeld], use(st[kGradIn]), state[0] = 1; break;
+        case PipeOp::kBackwardInput: --st[kHeld], ++st[kDeferred], use(st[kGradIn]), state[0] = 1; break;
+        case PipeOp::kBackwardWeight: --st[kDeferred]; break;
+        default: break;
+      }
+      out[r].insert(state);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int recorded_microbatch_count(const PipeSchedule& full) {
+  const int m = full.num_microbatches;
+  bool reduce_grad = false;
+  for (const auto& acts : full.ranks)
+    for (const PipeAction& a : acts) reduce_grad = reduce_grad || a.op == PipeOp::kReduceGrad;
+  auto build = [&](int k) -> std::optional<PipeSchedule> {
+    try {
+      return make_pipeline_schedule(full.name, full.num_ranks, full.num_stages, k, reduce_grad);
+    } catch (const Error&) {  // not a named schedule, or too few micro-batches for it
+      return std::nullopt;
+    }
+  };
+  const auto again = build(m);
+  if (!again || again->ranks != full.ranks) return m;  // loaded from a file: replayed as recorded
+  const auto states = memory_states(full);
+  // Every schedule's warm-up holds at most two rounds of its stages; a count that has not
+  // visited the full one's states by then never will (GPipe, whose peak is every micro-batch).
+  for (int k = 3; k < m && k <= 2 * full.num_stages + 4; ++k) {
+    const auto s = build(k);
+    if (s && memory_states(*s) == states) return k;
+  }
+  return m;
+}
+
+namespace {
+
+// The recorded segment each action of `full` replays (record_pipeline): per rank, the recorded
+// actions by (op, stage, micro-batch) within a run, and the plain segments before each.
+std::vector<std::vector<ReplayedSegment>> extrapolated_program(const RecordedPipeline& rec, const PipeSchedule& full,
+                                                                int recorded) {
+  const int m = full.num_microbatches;
+  auto stand_in = [&](int mb) { return mb < recorded - 1 ? mb : mb == m - 1 ? recorded - 1 : recorded - 2; };
+  std::vector<std::vector<ReplayedSegment>> program(rec.ranks.size());
+  for (size_t q = 0; q < rec.ranks.size(); ++q) {
+    const auto& segs = rec.ranks[q];
+    std::map<std::tuple<int, int, int, int>, size_t> action_at;  // (run, op, stage, mb) -> segment
+    std::map<size_t, std::vector<size_t>> plain_before;          // action segment -> plain ones before it
+    std::map<int, std::vector<size_t>> plain_after;              // run -> plain segments after its last action
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < segs.size(); ++i) {
+      if (!segs[i].is_action) {
+        pending.push_back(i);
+        continue;
+      }
+      const PipeAction& a = segs[i].action;
+      action_at[{segs[i].run, static_cast<int>(a.op), a.stage, a.microbatch}] = i;
+      plain_before[i] = std::move(pending);
+      pending.clear();
+    }
+    plain_after[static_cast<int>(rec.runs) - 1] = pending;
+    auto& out = program[q];
+    for (int run = 0; run < rec.runs; ++run) {
+      for (const PipeAction& a : full.ranks[q]) {
+        const int mb = a.microbatch < 0 ? a.microbatch : stand_in(a.microbatch);
+        const auto at = action_at.find({run, static_cast<int>(a.op), a.stage, mb});
+        TITAN_CHECK(at != action_at.end(), "pipeline simulation: rank ", q, " recorded no ",
+                    PipeAction{a.op, a.stage, mb}.to_string(), " in run ", run, " to stand in for ", a.to_string());
+        for (size_t i : plain_before[at->second]) out.push_back({i, segs[i].action, run});
+        out.push_back({at->second, a, run});
+      }
+      for (size_t i : plain_after[run]) out.push_back({i, segs[i].action, run});
+    }
+  }
+  return program;
+}
+
+// Pipeline rank q's step recorded on the meta device, cut at its schedule's actions.
+void record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOptions& recording, RecordedPipeline& out) {
+  const int64_t per_stage = chips / static_cast<int64_t>(out.ranks.size());  // pp is the outermost mesh dim
+  set_sim_world(chips, q * per_stage);
+  CommOptions co = comm_options(cfg);
+  co.backend = "sim";
+  auto world = init_distributed(co);
+  Trainer trainer(cfg, world, /*on_meta=*/true);
+  PipelineModel& pm = *trainer.pipeline();
+  const PipeSchedule& s = pm.schedule();
+  if (q == 0) {
+    out.schedule = s;
+    out.runs = trainer.microbatches() / pm.microbatches();
+  }
+  for (auto& p : trainer.model()->named_parameters()) {
+    out.local_params[q] += p.value().numel();
+    if (p.value().numel() > 0) out.param_elem_bytes = static_cast<int64_t>(p.value().element_size());
+  }
+  out.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
+  std::vector<PipeAction> acts;
+  std::vector<size_t> begins, ends;
+  TraceRecorder recorder(recording);
+  pm.observer = [&](const PipeAction& a, bool begin) {
+    if (begin) {
+      acts.push_back(a);
+      begins.push_back(recorder.trace().size());
+    } else {
+      ends.push_back(recorder.trace().size());
+    }
+  };
+  trainer.train_step();
+  pm.observer = nullptr;
+  const devices::Trace& t = recorder.finish();
+  const size_t per_run = s.ranks[q].size();
+  auto& segs = out.ranks[q];
+  size_t pos = 0;
+  auto plain = [&](size_t b, size_t e, int run) {
+    if (e <= b) return;
+    PipelineSegment seg;
+    seg.run = run;
+    seg.trace = slice(t, b, e, &seg.p2p_bytes);
+    segs.push_back(std::move(seg));
+  };
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const int run = static_cast<int>(i / per_run);
+    plain(pos, begins[i], run);
+    PipelineSegment seg;
+    seg.is_action = true;
+    seg.action = acts[i];
+    seg.run = run;
+    seg.trace = slice(t, begins[i], ends[i], &seg.p2p_bytes);
+    segs.push_back(std::move(seg));
+    pos = ends[i];
+  }
+  plain(pos, t.size(), static_cast<int>(out.runs) - 1);
+  out.storages[q] = t.storages();
+  out.storage_resizes[q] = t.storage_resizes();
+  out.memory[q] = rank_memory(out, q);
+  out.calls[q] = recorder.calls();
+  TITAN_CHECK(acts.size() == per_run * static_cast<size_t>(out.runs), "pipeline simulation: rank ", q, " ran ",
+              acts.size(), " actions, expected ", per_run, " x ", out.runs);
+}
+
+// The full schedule's micro-batch count scaled to k, the schedule runs per step kept.
+JobConfig with_microbatches(const JobConfig& cfg, int m, int k) {
+  JobConfig c = cfg;
+  c.training.local_batch_size = cfg.training.local_batch_size / m * k;
+  if (cfg.training.global_batch_size > 0) c.training.global_batch_size = cfg.training.global_batch_size / m * k;
+  return c;
+}
+
+}  // namespace
+
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording) {
-  const ParallelDims dims = parallel_dims(cfg, chips);
-  const int64_t pp = dims.pp, per_stage = chips / pp;  // pp is the outermost mesh dim
+  const int64_t pp = parallel_dims(cfg, chips).pp;
   RecordedPipeline out;
   out.ranks.resize(pp);
   out.calls.resize(pp);
@@ -52,65 +232,38 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
   out.storages.resize(pp);
   out.storage_resizes.resize(pp);
   out.holds_output.assign(pp, false);
-  for (int64_t q = 0; q < pp; ++q) {
-    set_sim_world(chips, q * per_stage);
-    CommOptions co = comm_options(cfg);
-    co.backend = "sim";
-    auto world = init_distributed(co);
-    Trainer trainer(cfg, world, /*on_meta=*/true);
-    PipelineModel& pm = *trainer.pipeline();
-    const PipeSchedule& s = pm.schedule();
-    if (q == 0) {
-      out.schedule = s;
-      out.runs = trainer.microbatches() / pm.microbatches();
+  PipeSchedule full;
+  int k = 0;
+  if (cfg.simulation.microbatch_extrapolation) {
+    // Only the full schedule of rank 0's trainer, to choose how many micro-batches to record:
+    // built without an FSDP observer (shard_probe.cpp notes one plan per recorded rank).
+    FsdpObserver* observer = fsdp_observer();
+    set_fsdp_observer(nullptr);
+    try {
+      set_sim_world(chips, 0);
+      CommOptions co = comm_options(cfg);
+      co.backend = "sim";
+      Trainer trainer(cfg, init_distributed(co), /*on_meta=*/true);
+      full = trainer.pipeline()->schedule();
+    } catch (...) {
+      set_fsdp_observer(observer);
+      throw;
     }
-    for (auto& p : trainer.model()->named_parameters()) {
-      out.local_params[q] += p.value().numel();
-      if (p.value().numel() > 0) out.param_elem_bytes = static_cast<int64_t>(p.value().element_size());
-    }
-    out.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
-    std::vector<PipeAction> acts;
-    std::vector<size_t> begins, ends;
-    TraceRecorder recorder(recording);
-    pm.observer = [&](const PipeAction& a, bool begin) {
-      if (begin) {
-        acts.push_back(a);
-        begins.push_back(recorder.trace().size());
-      } else {
-        ends.push_back(recorder.trace().size());
-      }
-    };
-    trainer.train_step();
-    pm.observer = nullptr;
-    const devices::Trace& t = recorder.finish();
-    const size_t per_run = s.ranks[q].size();
-    auto& segs = out.ranks[q];
-    size_t pos = 0;
-    auto plain = [&](size_t b, size_t e, int run) {
-      if (e <= b) return;
-      PipelineSegment seg;
-      seg.run = run;
-      seg.trace = slice(t, b, e, &seg.p2p_bytes);
-      segs.push_back(std::move(seg));
-    };
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const int run = static_cast<int>(i / per_run);
-      plain(pos, begins[i], run);
-      PipelineSegment seg;
-      seg.is_action = true;
-      seg.action = acts[i];
-      seg.run = run;
-      seg.trace = slice(t, begins[i], ends[i], &seg.p2p_bytes);
-      segs.push_back(std::move(seg));
-      pos = ends[i];
-    }
-    plain(pos, t.size(), static_cast<int>(out.runs) - 1);
-    out.storages[q] = t.storages();
-    out.storage_resizes[q] = t.storage_resizes();
-    out.memory[q] = rank_memory(out, q);
-    out.calls[q] = recorder.calls();
-    TITAN_CHECK(acts.size() == per_run * static_cast<size_t>(out.runs), "pipeline simulation: rank ", q, " ran ",
-                acts.size(), " actions, expected ", per_run, " x ", out.runs);
+    set_fsdp_observer(observer);
+    k = recorded_microbatch_count(full);
+  }
+  const bool extrapolate = k > 0 && k < full.num_microbatches;
+  const JobConfig recorded = extrapolate ? with_microbatches(cfg, full.num_microbatches, k) : cfg;
+  for (int64_t q = 0; q < pp; ++q) record_rank(recorded, chips, q, recording, out);
+  out.recorded_microbatches = out.schedule.num_microbatches;
+  if (extrapolate) {
+    out.program = extrapolated_program(out, full, k);
+    out.schedule = std::move(full);
+  } else {
+    out.program.resize(pp);
+    for (int64_t q = 0; q < pp; ++q)
+      for (size_t i = 0; i < out.ranks[q].size(); ++i)
+        out.program[q].push_back({i, out.ranks[q][i].action, out.ranks[q][i].run});
   }
   return out;
 }
@@ -125,14 +278,12 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
   for (size_t r = 0; r < rec.ranks.size(); ++r) {
     for (const PipelineSegment& seg : rec.ranks[r]) {
       double d = 0;
+      if (r == 0) c.rank0_latency_bound.push_back(false);
       if (seg.is_action && seg.action.p2p()) {
         if (seg.action.op == PipeOp::kSendF || seg.action.op == PipeOp::kSendB) {
           const auto cost = devices::collective_cost(placement, "pp", devices::CollectiveKind::kSendRecv, seg.p2p_bytes);
           d = cost.total_s() + launch;
-          if (r == 0) {
-            c.rank0_sends += d;
-            if (cost.latency_s + launch > cost.bandwidth_s) c.rank0_latency_bound_sends += d;
-          }
+          if (r == 0) c.rank0_latency_bound.back() = cost.latency_s + launch > cost.bandwidth_s;
         }
       } else {
         devices::SimulationOptions o = options;
@@ -165,17 +316,23 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   TITAN_CHECK(costs.duration_s.size() == rec.ranks.size(), "pipeline simulation: costs for ", costs.duration_s.size(),
               " ranks, recorded ", rec.ranks.size());
 
+  TITAN_CHECK(rec.program.size() == rec.ranks.size(), "pipeline simulation: a program for ", rec.program.size(),
+              " ranks, recorded ", rec.ranks.size());
   std::vector<std::vector<devices::PipeStep>> steps(ranks);
   for (int r = 0; r < ranks; ++r) {
     TITAN_CHECK(costs.duration_s[r].size() == rec.ranks[r].size(), "pipeline simulation: rank ", r, " has ",
                 rec.ranks[r].size(), " segments, costed ", costs.duration_s[r].size());
     size_t k = 0;  // index into the rank's actions of the current run
     int run = 0;
-    for (size_t i = 0; i < rec.ranks[r].size(); ++i) {
-      const PipelineSegment& seg = rec.ranks[r][i];
-      if (seg.is_action && seg.run != run) run = seg.run, k = 0;
+    for (const ReplayedSegment& p : rec.program[r]) {
+      TITAN_CHECK(p.segment < rec.ranks[r].size(), "pipeline simulation: rank ", r, " replays segment ", p.segment,
+                  " of ", rec.ranks[r].size());
+      const PipelineSegment& seg = rec.ranks[r][p.segment];
+      if (seg.is_action && p.run != run) run = p.run, k = 0;
       devices::PipeStep st;
       if (seg.is_action) {
+        TITAN_CHECK(k < shape[r].size() && seg.action.op == p.action.op, "pipeline simulation: rank ", r,
+                    " replays ", seg.action.to_string(), " as ", p.action.to_string());
         st = shape[r][k++];
         auto shift = [&](int64_t& id) { id += run * ids_per_run; };
         if (st.message >= 0) shift(st.message);
@@ -184,7 +341,7 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
       }
       // A receive takes no time of its own: the send carries the transfer.
       if (!(seg.is_action && seg.action.p2p()) || st.kind == devices::PipeStep::Kind::kSend)
-        st.duration_s = costs.duration_s[r][i];
+        st.duration_s = costs.duration_s[r][p.segment];
       steps[r].push_back(std::move(st));
     }
   }
@@ -197,8 +354,26 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   out.timing = res.timing;
   devices::StepReport& rep = out.report;
   std::map<std::string, double> cost_of, op_cost_of, uncertain;
-  double own = 0;
-  for (const auto& sr : costs.rank0) {
+  double own = 0, rank0_sends = 0, rank0_latency_bound_sends = 0;
+  // The first rank's reports, one per non-p2p recorded segment, summed over its program
+  // (a recorded segment standing in for several micro-batches counts once for each).
+  std::vector<int> report_of(rec.ranks.empty() ? 0 : rec.ranks[0].size(), -1);
+  for (size_t i = 0, n = 0; i < report_of.size(); ++i)
+    if (!(rec.ranks[0][i].is_action && rec.ranks[0][i].action.p2p())) report_of[i] = static_cast<int>(n++);
+  TITAN_CHECK(rec.ranks.empty() || costs.rank0.size() == costs.rank0_exposed.size(),
+              "pipeline simulation: the first rank's segment reports and exposures differ in number");
+  for (const ReplayedSegment& p : rec.program.empty() ? std::vector<ReplayedSegment>{} : rec.program[0]) {
+    const PipelineSegment& seg = rec.ranks[0][p.segment];
+    if (report_of[p.segment] < 0) {
+      if (seg.action.op == PipeOp::kSendF || seg.action.op == PipeOp::kSendB) {
+        rank0_sends += costs.duration_s[0][p.segment];
+        if (costs.rank0_latency_bound[p.segment]) rank0_latency_bound_sends += costs.duration_s[0][p.segment];
+      }
+      continue;
+    }
+    TITAN_CHECK(static_cast<size_t>(report_of[p.segment]) < costs.rank0.size(), "pipeline simulation: ",
+                costs.rank0.size(), " reports for the first rank's segments");
+    const devices::StepReport& sr = costs.rank0[report_of[p.segment]];
     if (rep.device.empty()) {
       rep.device = sr.device, rep.topology = sr.topology, rep.layout = sr.layout;
       rep.execution = sr.execution, rep.collective_mode = sr.collective_mode;
@@ -210,9 +385,8 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
     for (const auto& c : sr.costs) cost_of[c.category] += c.seconds;
     for (const auto& c : sr.op_costs) op_cost_of[c.category] += c.seconds;
     for (const auto& c : sr.uncertain) uncertain[c.category] += c.seconds;
+    add_by_kind(out.exposed_by_kind, costs.rank0_exposed[report_of[p.segment]]);
   }
-  const double rank0_sends = costs.rank0_sends;
-  for (const auto& e : costs.rank0_exposed) add_by_kind(out.exposed_by_kind, e);
   if (!fused && rank0_sends > 0) add_by_kind(out.exposed_by_kind, {{"send/recv", rank0_sends}});
   std::stable_sort(out.exposed_by_kind.begin(), out.exposed_by_kind.end(),
                    [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
@@ -233,7 +407,7 @@ PipelineReplayReport compose_pipeline_step(const RecordedPipeline& rec, const Pi
   // Blocking sends (separate mode) stall the rank for their whole transfer: as exposed as a
   // blocking collective, and resting on the same fabric estimates.
   if (!fused && rank0_sends > 0) {
-    const double lat = costs.rank0_latency_bound_sends;
+    const double lat = rank0_latency_bound_sends;
     if (lat > 0) uncertain[devices::exposed_comm_basis_name(true)] += lat;
     if (rank0_sends > lat) uncertain[devices::exposed_comm_basis_name(false)] += rank0_sends - lat;
   }

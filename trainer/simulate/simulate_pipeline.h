@@ -29,10 +29,25 @@ struct PipelineSegment {
   int64_t p2p_bytes = 0;  // sends / receives: the message size
 };
 
+// One step of a pipeline rank's replayed program: which recorded segment runs, as which
+// action of which schedule run.
+struct ReplayedSegment {
+  size_t segment = 0;  // index into RecordedPipeline::ranks[rank]
+  PipeAction action;   // the segment's own unless it stands in for another micro-batch
+  int run = 0;
+  bool operator==(const ReplayedSegment& o) const { return segment == o.segment && action == o.action && run == o.run; }
+};
+
 struct RecordedPipeline {
-  PipeSchedule schedule;
+  PipeSchedule schedule;                              // the step's schedule, every micro-batch
   int64_t runs = 1;                                   // schedule runs per step
-  std::vector<std::vector<PipelineSegment>> ranks;    // per pipeline rank, program order
+  // Micro-batches per schedule run that were recorded: schedule.num_microbatches, or fewer
+  // under micro-batch extrapolation (record_pipeline).
+  int recorded_microbatches = 1;
+  std::vector<std::vector<PipelineSegment>> ranks;    // per pipeline rank, as recorded, program order
+  // Per pipeline rank, the program replayed over `schedule`: the recorded segments in order,
+  // or, extrapolated, every action of `schedule` on the recorded segment of its kind.
+  std::vector<std::vector<ReplayedSegment>> program;
   std::vector<std::vector<SimCollectiveEvent>> calls;  // per pipeline rank: every call
   std::vector<int64_t> local_params;                  // per pipeline rank: elements stored
   // Per pipeline rank: its step's memory (devices/trace_memory.h) and what the walk takes
@@ -48,7 +63,17 @@ struct RecordOptions;  // trace_recorder.h
 
 // Records every pipeline rank's step (sim World of `chips` ranks). recording: what the
 // recorder keeps as one kernel, after the chip (record_options).
+// With simulation.microbatch_extrapolation, a named schedule is recorded with the fewest
+// micro-batches (at least 3: a first, a middle and a last) whose schedule holds as many
+// micro-batches in flight on every rank as the full one, so that the memory walk is the full
+// step's; each action of the full schedule then replays the recorded segment of the same op and
+// stage for the same micro-batch (the first ones), the last for the last, and the last middle
+// one for every other: a micro-batch's traces differ only in whether it is first (gradients
+// created, not accumulated) or last. Recording is linear in micro-batches, replay is cheap.
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
+// The micro-batch count record_pipeline records for `full` (its own count when none fewer
+// holds as many in flight, or the schedule cannot be rebuilt by name).
+int recorded_microbatch_count(const PipeSchedule& full);
 
 // Pipeline rank q's memory, walked over its segments in program order.
 devices::StepMemory rank_memory(const RecordedPipeline& p, size_t q);
@@ -61,18 +86,17 @@ struct PipelineReplayReport {
   // The first pipeline rank's exposed communication by collective kind (exposed_comm.h),
   // blocking sends included in separate mode.
   std::vector<devices::CostItem> exposed_by_kind;
-  // When each segment of each pipeline rank ran (RecordedPipeline::ranks' order): traces.
+  // When each step of each pipeline rank's program ran (RecordedPipeline::program): traces.
   std::vector<std::vector<devices::PipeTiming>> timing;
 };
 
 // Every segment costed on its own (the schedule's composition left to
 // compose_pipeline_step): what layer extrapolation scales from shallow recordings.
 struct PipelineSegmentCosts {
-  std::vector<std::vector<double>> duration_s;  // per pipeline rank, per segment (a receive: 0)
+  std::vector<std::vector<double>> duration_s;  // per pipeline rank, per recorded segment (a receive: 0)
   std::vector<devices::StepReport> rank0;       // the first pipeline rank's non-p2p segments
   std::vector<std::vector<devices::CostItem>> rank0_exposed;  // theirs by collective kind
-  double rank0_sends = 0;                       // its sends' transfer time
-  double rank0_latency_bound_sends = 0;         // the part of it in latency-bound sends
+  std::vector<char> rank0_latency_bound;        // per segment of the first rank: a latency-bound send
 };
 PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const devices::Placement& placement,
                                             const devices::ChipSpec& chip, const devices::SimulationOptions& options);
