@@ -43,9 +43,17 @@ struct ChipSpec {
   // over the measured one. "" or a chip with its own sustained clock: not used.
   std::string sustained_clock_from;
   double borrowed_clock_ratio = 0;  // that chip's clock_ratio(), filled when the file is read
+  // Where no public figure gives the rate a chip's matrix units sustain, the share of the
+  // datasheet peak fitted on that chip's published training runs by launch/calibrate-chips
+  // (one parameter per chip; the fit and its residuals are in docs/validation.md). 0: none.
+  // Reported as fitted, not measured, in the uncertainty report.
+  double fitted_clock_share = 0;
   int64_t hbm_bytes = 0;       // device memory capacity
   double hbm_bytes_per_s = 0;  // device memory bandwidth
   double hbm_efficiency = 1;   // fraction of hbm_bytes_per_s a streaming kernel reaches
+  // Host memory link per chip, one direction (activation offload's device<->host copies,
+  // parallel/remat_policy.h). 0: not known, offloading on it is a config error.
+  double host_link_bytes_per_s = 0;
 
   std::string fast_fabric;       // "ICI", "NeuronLink", "NVLink", "shm"
   double link_bytes_per_s = 0;   // one link, one direction
@@ -148,6 +156,7 @@ struct ChipSpec {
   // Sustained over peak clock: the share of the datasheet peak the matrix units can reach.
   double clock_ratio() const {
     if (peak_clock_hz > 0 && sustained_clock_hz > 0) return sustained_clock_hz / peak_clock_hz;
+    if (fitted_clock_share > 0) return fitted_clock_share;
     return borrowed_clock_ratio > 0 ? borrowed_clock_ratio : 1.0;
   }
 };

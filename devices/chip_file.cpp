@@ -55,9 +55,11 @@ const std::vector<Field>& fields() {
       {"compute", "peak_clock", Dim::kHertz, &ChipSpec::peak_clock_hz},
       {"compute", "sustained_clock", Dim::kHertz, &ChipSpec::sustained_clock_hz},
       {"compute", "sustained_clock_from", Dim::kCount, &ChipSpec::sustained_clock_from},
+      {"compute", "fitted_clock_share", Dim::kFraction, &ChipSpec::fitted_clock_share},
       {"memory", "hbm_bytes", Dim::kBytes, &ChipSpec::hbm_bytes},
       {"memory", "hbm_bytes_per_s", Dim::kBytesPerS, &ChipSpec::hbm_bytes_per_s},
       {"memory", "efficiency", Dim::kFraction, &ChipSpec::hbm_efficiency},
+      {"host", "link_bytes_per_s", Dim::kBytesPerS, &ChipSpec::host_link_bytes_per_s},
       {"fabric", "name", Dim::kCount, &ChipSpec::fast_fabric},
       {"fabric", "link_bytes_per_s", Dim::kBytesPerS, &ChipSpec::link_bytes_per_s},
       {"fabric", "links", Dim::kCount, &ChipSpec::links},
@@ -247,12 +249,12 @@ ChipSpec read(const std::string& path, const std::string& dir, int depth) {
 ChipSpec read_chip_file(const std::string& path, const std::string& dir) {
   ChipSpec spec = read(path, dir, 0);
   TITAN_CONFIG_CHECK(!spec.name.empty(), path, ": missing key 'name'");
-  if (spec.sustained_clock_hz <= 0 && !spec.sustained_clock_from.empty()) {
-    // The donor is read without this step, so it must carry its own measured clocks.
+  if (spec.sustained_clock_hz <= 0 && spec.fitted_clock_share <= 0 && !spec.sustained_clock_from.empty()) {
+    // The donor is read without this step, so it must carry its own measured or fitted share.
     const ChipSpec donor = read(dir + "/" + spec.sustained_clock_from + ".toml", dir, 0);
-    TITAN_CONFIG_CHECK(donor.sustained_clock_hz > 0 && donor.peak_clock_hz > 0, path,
+    TITAN_CONFIG_CHECK((donor.sustained_clock_hz > 0 && donor.peak_clock_hz > 0) || donor.fitted_clock_share > 0, path,
                        ": compute.sustained_clock_from = '", spec.sustained_clock_from,
-                       "' names a chip without its own compute.sustained_clock and peak_clock");
+                       "' names a chip without its own compute.sustained_clock and peak_clock or compute.fitted_clock_share");
     spec.borrowed_clock_ratio = donor.clock_ratio();
   }
   return spec;

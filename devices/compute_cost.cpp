@@ -53,7 +53,8 @@ const char* cost_basis_name(CostBasis b) {
   switch (b) {
     case CostBasis::kMatmulMeasured: return "matmul at a measured rate";
     case CostBasis::kMatmulDatasheet: return "matmul at the datasheet clock (no measured rate for this chip)";
-    case CostBasis::kMatmulBorrowed: return "matmul at the sustained clock share measured on another chip (none for this one)";
+    case CostBasis::kMatmulBorrowed: return "matmul at the sustained clock share of another chip of its vendor (none for this one)";
+    case CostBasis::kMatmulFitted: return "matmul at a clock share fitted on this chip's published runs (launch/calibrate-chips)";
     case CostBasis::kMatmulShape: return "thin matmul shapes (tile/wave model or memory roofline, not measured)";
     case CostBasis::kAttention: return "flash attention (efficiency vs a GEMM from GPU papers, not measured here)";
     case CostBasis::kMemory: return "memory-bound kernels (bytes from recorded ops and the fusion model, streaming efficiency assumed)";
@@ -247,6 +248,7 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
         return CostBasis::kMatmulShape;
       const bool measured = chip_.matmul_rate_measured || chip_.sustained_clock_hz > 0;
       if (measured) return CostBasis::kMatmulMeasured;
+      if (chip_.fitted_clock_share > 0) return CostBasis::kMatmulFitted;
       return chip_.borrowed_clock_ratio > 0 ? CostBasis::kMatmulBorrowed : CostBasis::kMatmulDatasheet;
     }
     default:

@@ -81,7 +81,8 @@ OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, in
 enum class CostBasis {
   kMatmulMeasured,  // large compute-bound matmul on a chip whose matmul rate was measured
   kMatmulDatasheet, // large compute-bound matmul at the datasheet clock (no measured rate)
-  kMatmulBorrowed,  // large compute-bound matmul at another chip's measured sustained clock ratio
+  kMatmulBorrowed,  // large compute-bound matmul at another chip's sustained clock ratio
+  kMatmulFitted,    // large compute-bound matmul at a clock share fitted on this chip's published runs
   kMatmulShape,     // matmul the tile / wave model or the memory roofline decides (thin shapes)
   kAttention,       // flash attention: its efficiency relative to a GEMM was not measured here
   kMemory,          // HBM-bound: bytes from the recorded ops and the fusion model, streaming
@@ -90,7 +91,7 @@ enum class CostBasis {
   kKernelMeasured,  // a fused kernel at the rate this device's calibration timed (cpu)
   kNone,            // no time (views)
 };
-constexpr int kCostBases = 9;
+constexpr int kCostBases = 10;
 static_assert(static_cast<int>(CostBasis::kNone) + 1 == kCostBases, "kCostBases counts CostBasis");
 const char* cost_basis_name(CostBasis basis);  // what it rests on, for the report
 

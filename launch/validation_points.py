@@ -15,13 +15,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from validation_unknowns import unknowns  # noqa: E402
+import published_runs as pr  # noqa: E402
 
 root, exe, work, out = sys.argv[1:5]
 cpu_table = sys.argv[5] if len(sys.argv) > 5 else ""
 base = ["--config", f"{root}/configs/qwen3_8b.toml", "--simulation.enable", "true"]
 
 TT = "TorchTitan: 6 N (without input embedding) + 12 L H hd S per token, attention not halved"
-MT = "MaxText: 6 N + 6 L H hd S per token, causal attention halved"
 
 
 def sim(name, over):
@@ -31,46 +31,35 @@ def sim(name, over):
     return json.load(open(f"{folder}/simulation.json"))
 
 
-def least_recompute_that_fits(name, over):
-    # The activation checkpointing a user would pick: the least recompute that fits in HBM.
-    for ac in ("none", "selective", "full"):
-        args = over + ["--activation_checkpoint.mode", ac]
-        r = sim(f"{name}_{ac}", args)
-        if r["fits_in_memory"]:
-            return r, args
-    return r, args
+rows, claims, left_out = [], [], []
 
-
-def maxtext_tflops(r, layers, heads, head_dim):
-    # Same tokens/s, FLOPs per token with causal attention halved (MaxText's count).
-    per_token = r["tflops_per_chip"] * 1e12 / r["tokens_per_s_per_chip"]  # TorchTitan's count
-    halved = per_token - 6 * layers * heads * head_dim * r["seq_len"]
-    return r["tokens_per_s_per_chip"] * halved / 1e12
-
-
-rows, claims = [], []
+# The published runs with their layouts (docs/calibration/points.csv, sources in
+# docs/calibration/sources.md), each as its source describes it.
+for p in pr.load(root):
+    why = pr.not_simulated(p)
+    if why:
+        left_out.append((p, why))
+        continue
+    r = pr.simulate(exe, root, work, p)
+    rep, shard, tp, pp = pr.layout(p)
+    lay = " x ".join(f"{n} {v}" for n, v in (("DP", rep), ("FSDP", shard), ("TP", tp), ("PP", pp)) if v > 1)
+    rows.append(dict(what=p["id"], vendor=pr.vendor(p), chip=p["device"], chips=int(p["chips"]),
+                     model=p["model"], layout=lay or "1 chip", metric="tokens/s/chip",
+                     convention=pr.convention(p) or "none (tokens)",
+                     published=pr.published_tokens_per_s(p),
+                     predicted=r.get("tokens_per_s_per_chip", float("nan")), unit="",
+                     kind="throughput" if "error" not in r else "refused",
+                     source=p["source_url"], run=" ".join(r["overrides"]), sim=r,
+                     recompute=p["remat"] or p["ac"] or "(least that fits)"))
+l = next(r["sim"] for r in rows if r["what"] == "tpurecipes_v7_llama3.1-70b_64")
 
 # Qwen3-8B, TorchTitan on TPU v7 (TorchTPU, deferred-and-fused eager): "up to 52% MFU".
 q = sim("qwen3_8b", [])
-rows.append(dict(what="Qwen3-8B, TorchTitan, 8192 TPU v7, FSDP, lbs 2 x 8192, defer_and_fuse",
-                 vendor="Google", metric="MFU", convention=TT, published=52.0,
-                 predicted=q["mfu"], unit="%", kind="throughput",
-                 source="Google's claim for TorchTitan on TPU v7 (up to 52%; layout not published)",
-                 run="configs/qwen3_8b.toml", sim=q))
-
-# Llama-3.1-70B, MaxText (JAX, compiled) on 64 TPU v7: 1207 TFLOP/s per chip, 12.20 s.
-l, la = least_recompute_that_fits("llama70b", [
-    "--model.name", "llama3", "--model.flavor", "70B", "--simulation.num_chips", "64",
-    "--training.local_batch_size", "4", "--training.global_batch_size", "256",
-    "--training.seq_len", "8192", "--simulation.execution", "compiled"])
-rows.append(dict(what="Llama-3.1-70B, MaxText, 64 TPU v7, gbs 256 x 8192, compiled",
-                 vendor="Google", metric="step time", convention="none (seconds)",
-                 published=12.20, predicted=l["step_time_s"], unit="s", kind="time",
-                 source="MaxText's published Llama-3.1-70B run on TPU v7 (Ironwood)",
-                 run=" ".join(la), sim=l))
-rows.append(dict(what="  same, TFLOP/s per chip", vendor="Google", metric="TFLOP/s/chip",
-                 convention=MT, published=1207.0, predicted=maxtext_tflops(l, 80, 64, 128),
-                 unit="", kind="same", source="as above", run="(same run)"))
+rows.append(dict(what="Qwen3-8B, TorchTitan, 8192 TPU v7 (layout not published; titan's FSDP, lbs 2 x 8192)",
+                 vendor="Google", chip="tpu-v7", chips=8192, model="Qwen3-8B", layout="FSDP 8192",
+                 metric="MFU", convention=TT, published=52.0, predicted=q["mfu"], unit="%",
+                 kind="throughput", source="Google's claim for TorchTitan on TPU v7 (up to 52%)",
+                 run="configs/qwen3_8b.toml", sim=q, recompute="selective (titan's default)"))
 
 # Llama-3.1-8B, TorchTitan eager, FSDP over 8 H100 (96 GB HBM2e at 2.4 TB/s, 500 W).
 h100_run = ["--model.name", "llama3", "--model.flavor", "8B", "--simulation.device", "h100-96gb",
@@ -81,16 +70,13 @@ h = sim("llama8b_h100", h100_run + ["--simulation.execution", "eager"])
 # The same run compiled: not a row (its published figure is only recalled), a check of the
 # eager-to-compiled gap in the prose below.
 hc = sim("llama8b_h100_compiled", h100_run + ["--simulation.execution", "compiled"])
-# The published run's selective AC is TorchTitan's op-level policy (selective_ac_option = "op").
-rows.append(dict(what="Llama-3.1-8B, TorchTitan, FSDP 8 x H100 96GB 500 W, lbs 2 x 8192, "
-                      "op-level selective AC, eager", vendor="NVIDIA", metric="tokens/s/GPU",
-                 convention="none (tokens)", published=5762.0,
+rows.append(dict(what="Llama-3.1-8B, TorchTitan, FSDP 8 x H100 96GB 500 W, lbs 2 x 8192, eager",
+                 vendor="NVIDIA", chip="h100-96gb", chips=8, model="Llama-3.1-8B", layout="FSDP 8",
+                 metric="tokens/s/chip", convention="none (tokens)", published=5762.0,
                  predicted=h["tokens_per_s_per_chip"], unit="", kind="throughput",
-                 source="TorchTitan's published Llama-3.1-8B benchmark on H100",
-                 run="--model.name llama3 --model.flavor 8B --simulation.device h100-96gb "
-                     "--simulation.num_chips 8 --training.local_batch_size 2 "
-                     "--training.seq_len 8192 --activation_checkpoint.mode selective "
-                     "--activation_checkpoint.selective_ac_option op --simulation.execution eager", sim=h))
+                 source="TorchTitan's published Llama-3.1-8B benchmark on H100 (docs/hardware.md)",
+                 run=" ".join(h100_run + ["--simulation.execution", "eager"]), sim=h,
+                 recompute="op"))
 
 # Claims (ranges, not points): kept apart from the error statistics.
 slow = q["other_mode_step_time_s"] / q["step_time_s"] - 1
@@ -158,22 +144,39 @@ for i, (what, over) in enumerate(LAYOUTS):
 
 
 def error(r):
-    if r["kind"] == "time":
-        return r["published"] / r["predicted"] - 1
     return r["predicted"] / r["published"] - 1
 
 
-scored = [r for r in rows if r["kind"] != "same"]  # one error per published run
+FAMILY = {"tpu": "TPU", "trn": "Trainium", "a100": "A100", "h100": "H100", "h200": "H200", "b200": "B200"}
+
+
+def family(r):
+    return next(v for k, v in FAMILY.items() if r["chip"].startswith(k))
+
+
+scored = [r for r in rows if r["kind"] == "throughput"]
+refused = [r for r in rows if r["kind"] == "refused" or not r["sim"].get("fits_in_memory", True)]
 errs = [error(r) for r in scored]
 mae = statistics.mean(abs(x) for x in errs)
 worst = max(abs(x) for x in errs)
-vendors = {}
+groups = {}
 for r, x in zip(scored, errs):
-    vendors.setdefault(r["vendor"], []).append(x)
+    groups.setdefault(family(r), []).append(x)
+chips_of = {}
+for r, x in zip(scored, errs):
+    chips_of.setdefault(r["chip"], []).append(x)
 
 
 def fmt(v, unit):
     return f"{v:.2f} {unit}".strip() if unit == "s" else (f"{v:.1f}{unit}" if unit else f"{v:.0f}")
+
+
+def mem(r):
+    s = r["sim"]
+    if "error" in s:
+        return "refused: " + s["error"].replace("|", "/")[:160]
+    return (f"{s['peak_memory_gib_per_chip']:.0f} / {s['memory_capacity_gib_per_chip']:.0f}" +
+            ("" if s["fits_in_memory"] else " DOES NOT FIT"))
 
 
 with open(out, "w") as f:
@@ -182,34 +185,53 @@ with open(out, "w") as f:
             "device against\nreal runs on this host). Each prediction is the trainer's own step "
             "recorded on the meta\ndevice and replayed on the device model; chip figures come "
             "from devices/chips/*.toml with\ntheir sources, kernel and dispatch constants from "
-            "devices/compute_cost.cpp and the chip files.\nNo constant is keyed to a model, a "
-            "chip count or a published point.\n\n")
-    f.write("Error = predicted / published throughput - 1 (for a step time: published / "
-            "predicted - 1):\npositive means the simulator is too optimistic. Compare like with "
-            "like: the FLOP convention\nof each row is the one its source used.\n\n")
-    f.write("| what | vendor | metric | FLOP convention | published | predicted | error |\n")
-    f.write("|---|---|---|---|---|---|---|\n")
+            "devices/compute_cost.cpp and the chip files.\nThe published runs are "
+            "docs/calibration/points.csv (sources: docs/calibration/sources.md), each\nrun with "
+            "its own model, chips, layout, batch and recompute as its source describes it\n"
+            "(launch/published_runs.py; what a source leaves out is filled by one rule for every "
+            "row).\nOne parameter per chip, the sustained matmul share of chips with no public "
+            "figure for it, is\nfitted on these same runs by `launch/calibrate-chips` "
+            "(docs/calibration/fit.md): on those chips\nthe errors below are residuals of a fit, "
+            "not predictions of unseen runs.\n\n")
+    f.write("Error = predicted / published tokens/s per chip - 1 (positive: the simulator is too "
+            "optimistic).\nA source that published TFLOP/s is converted to tokens/s with its own "
+            "FLOP convention\n(maxtext2023: 6 N with the embedding and no attention; megatron2021: "
+            "Narayanan et al. eq. 3;\nmegatron2024: 6 N without the input embedding + 12 L H hd S); "
+            "the Qwen3-8B row compares MFU.\n\n")
+    f.write("| run | chip | chips | layout | recompute | published | predicted | error | GiB used / HBM |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
-        err = f"{100 * error(r):+.1f}%"
-        f.write(f"| {r['what']} | {r['vendor']} | {r['metric']} | {r['convention']} | "
-                f"{fmt(r['published'], r['unit'])} | {fmt(r['predicted'], r['unit'])} | {err} |\n")
+        err = f"{100 * error(r):+.1f}%" if r["kind"] == "throughput" else "n/a"
+        f.write(f"| {r['what']} | {r['chip']} | {r['chips']} | {r['layout']} | {r['recompute']} | "
+                f"{fmt(r['published'], r['unit'])} | {fmt(r['predicted'], r['unit'])} | {err} | "
+                f"{mem(r)} |\n")
     f.write(f"\n**Summary over {len(scored)} published runs:** mean absolute error "
-            f"{100 * mae:.1f}%, worst {100 * worst:.1f}%; mean signed error per vendor: " +
+            f"{100 * mae:.1f}%, worst {100 * worst:.1f}%; mean signed error per chip family: " +
             ", ".join(f"{v} {100 * statistics.mean(x):+.1f}% ({len(x)} run{'s' * (len(x) > 1)})"
-                      for v, x in vendors.items()) +
-            ". Target (issue 12): MAE <= 10%, worst <= 25%, per-vendor signed mean within "
-            "+-5%. No published run on Trainium is known to the project, so AWS has no row.\n\n")
-    f.write("Sources (see docs/hardware.md) and runs (overrides of configs/qwen3_8b.toml):\n\n")
+                      for v, x in sorted(groups.items())) +
+            f". Layouts refused or over capacity: {len(refused)}" +
+            (" (" + ", ".join(r["what"] for r in refused) + ")" if refused else "") +
+            ". Target (issue 36): MAE <= 8%, worst <= 20%, per-family signed mean within +-5%, "
+            "no published layout refused.\n\n")
+    f.write("Residuals per chip (mean signed / mean absolute):\n\n| chip | runs | mean signed | mean abs |"
+            "\n|---|---|---|---|\n")
+    for c, x in sorted(chips_of.items()):
+        f.write(f"| {c} | {len(x)} | {100 * statistics.mean(x):+.1f}% | "
+                f"{100 * statistics.mean(abs(v) for v in x):.1f}% |\n")
+    if left_out:
+        f.write("\nLeft out of the statistics:\n\n")
+        for p_, why in left_out:
+            f.write(f"- {p_['id']} ({p_['device']}, {p_['value']} {p_['metric']}): {why}\n")
+    f.write("\nRuns (overrides of configs/qwen3_8b.toml):\n\n")
     for r in rows:
-        if r["kind"] != "same":
-            f.write(f"- {r['what']}: {r['source']}. Run: `{r['run']}`\n")
+        f.write(f"- {r['what']}: `{r['run']}`\n")
     f.write("\nWhat each prediction rests on where nothing was measured (the simulator's own "
             "report of what it is\nleast sure of, `uncertain` in simulation.json; share of the "
             "predicted step):\n\n")
     for r in rows:
-        if r["kind"] == "same":
-            continue
         u = r["sim"]
+        if "error" in u:
+            continue
         f.write(f"- {r['what']}: {100 * u['uncertain_share']:.0f}% of the step: " +
                 "; ".join(f"{c['basis']} {100 * c['share_of_step']:.0f}%"
                           for c in u["uncertain"] if c["share_of_step"] >= 0.005) + "\n")

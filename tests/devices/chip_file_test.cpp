@@ -77,12 +77,20 @@ link_bytes_per_s = { value = 200, unit = "GB/s", source = "what-if: twice the IC
 }
 
 TEST(ChipFile, SustainedClockIsBorrowedOnlyFromAChipThatHasOne) {
-  // A user chip on the TPU template (no clocks of its own) takes the H100's measured ratio.
+  // A user chip based on v5p inherits its fitted share; one that names a donor takes the
+  // donor's (measured or fitted) share.
   const std::string ok = write_file("titan_borrow_ok.toml", R"(
 name = "my-tpu"
 base = "tpu-v5p"
 )");
-  EXPECT_DOUBLE_EQ(find_chip("my-tpu", nullptr, ok).clock_ratio(), find_chip("h100").clock_ratio());
+  EXPECT_DOUBLE_EQ(find_chip("my-tpu", nullptr, ok).clock_ratio(), find_chip("tpu-v5p").clock_ratio());
+  const std::string from = write_file("titan_borrow_from.toml", R"(
+name = "my-tpu4"
+base = "tpu-v5e"
+[compute]
+sustained_clock_from = "tpu-v6e"
+)");
+  EXPECT_DOUBLE_EQ(find_chip("my-tpu4", nullptr, from).clock_ratio(), find_chip("tpu-v6e").fitted_clock_share);
   // Its own sustained clock wins over the borrowed one.
   const std::string own = write_file("titan_borrow_own.toml", R"(
 name = "my-tpu2"
@@ -93,16 +101,16 @@ peak_clock = { value = 1000, unit = "MHz" }
 sustained_clock = { value = 900, unit = "MHz" }
 )");
   EXPECT_DOUBLE_EQ(find_chip("my-tpu2", nullptr, own).clock_ratio(), 0.9);
-  // A donor without measured clocks is an error naming the file and the key.
+  // A donor without a measured or fitted share is an error naming the file and the key.
   const std::string bad = write_file("titan_borrow_bad.toml", R"(
 name = "my-tpu3"
-base = "tpu-v5p"
+base = "tpu-v5e"
 [compute]
-sustained_clock_from = "tpu-v7"
+sustained_clock_from = "trn2"
 )");
   const std::string m = error_of([&] { find_chip("my-tpu3", nullptr, bad); });
   EXPECT_NE(m.find("titan_borrow_bad.toml"), std::string::npos) << m;
-  EXPECT_NE(m.find("sustained_clock_from = 'tpu-v7'"), std::string::npos) << m;
+  EXPECT_NE(m.find("sustained_clock_from = 'trn2'"), std::string::npos) << m;
 }
 
 TEST(ChipFile, BadFilesNameFileLineAndKey) {

@@ -31,9 +31,10 @@ TEST(ComputeCost, SkinnyMatmulIsMemoryBound) {
   double bytes = (16.0 * 4096 + 4096.0 * 4096 + 16.0 * 4096) * 2;
   EXPECT_NEAR(h100.roofline_s(op), bytes / (3.35e12 * 0.85), 1e-12);  // 11.9 us from HBM
   // Tile padding: a 4097-wide GEMM pays for 33 tiles of 128 (v5e: 4 MXUs, whole waves), at
-  // the sustained clock share v5e borrows from the H100 measurement.
+  // the sustained clock share v5e borrows from v5p's fit (same TensorCore generation).
   ComputeModel v5e(find_chip("tpu-v5e"), ExecutionMode::kCompiled);
-  const double clock = 1507.0 / 1830.0;
+  const double clock = find_chip("tpu-v5p").fitted_clock_share;
+  ASSERT_GT(clock, 0);
   EXPECT_NEAR(v5e.matmul_efficiency({1, 8192, 4097, 8192}), clock * 4097.0 / (33 * 128), 1e-12);
   EXPECT_NEAR(v5e.matmul_efficiency({1, 8192, 4096, 8192}), clock, 1e-12);
 }
@@ -50,8 +51,8 @@ TEST(ComputeCost, FlashAttentionSkipsCausalBlocksAndNeverWritesScores) {
   EXPECT_EQ(fwd.bytes_read, (q + 2 * kv) * 2);
   EXPECT_EQ(fwd.bytes_written, q * 2 + 32LL * 8192 * 4);
   // Efficiency: head_dim 128 fills half of a 256-deep MXU in both GEMMs; x 0.9 for softmax;
-  // at the sustained clock share borrowed from the H100.
-  const double clock = 1507.0 / 1830.0;
+  // at v7's own sustained clock share.
+  const double clock = find_chip("tpu-v7").clock_ratio();
   double eff = clock * 0.5 * 0.9;
   EXPECT_NEAR(v7.roofline_s(fwd), v7.attention_flops(a) / (2307e12 * eff), 1e-12);
   AttentionShape b = a;

@@ -11,20 +11,22 @@ namespace titan::devices {
 namespace {
 
 TEST(KernelShape, KnownMatmulTimes) {
-  // Chips without a measured sustained clock run at the share measured on the H100.
-  const double clock = 1507.0 / 1830.0;
+  // Each chip runs at its own sustained share (fitted, or borrowed from its vendor's chip).
+  const double clock = find_chip("tpu-v5e").clock_ratio();
   // TPU v5e, 8192^3: 4 MXUs of 128x128 work on 64 x 64 full tiles: no shape loss.
   ComputeModel v5e(find_chip("tpu-v5e"), ExecutionMode::kCompiled);
   const OpDesc big = matmul_op("aten::mm", {1, 8192, 8192, 8192});
   EXPECT_NEAR(v5e.roofline_s(big), 2.0 * 8192 * 8192 * 8192 / (197e12 * clock), 1e-12);  // 6.78 ms
   // TPU v6e, 256x256 MXUs: a K of 128 (one head's dot product) fills half of each column.
   ComputeModel v6e(find_chip("tpu-v6e"), ExecutionMode::kCompiled);
-  EXPECT_NEAR(v6e.matmul_efficiency({64, 8192, 8192, 128}), clock * 0.5, 1e-12);
-  EXPECT_NEAR(v6e.matmul_efficiency({64, 8192, 8192, 256}), clock, 1e-12);
+  const double v6e_clock = find_chip("tpu-v6e").clock_ratio();
+  EXPECT_NEAR(v6e.matmul_efficiency({64, 8192, 8192, 128}), v6e_clock * 0.5, 1e-12);
+  EXPECT_NEAR(v6e.matmul_efficiency({64, 8192, 8192, 256}), v6e_clock, 1e-12);
   // trn2: 8 NeuronCores of 128x128; 4 output tiles split K two ways -> 8 of 8 engines busy.
   ComputeModel trn2(find_chip("trn2"), ExecutionMode::kCompiled);
-  EXPECT_NEAR(trn2.matmul_efficiency({1, 256, 256, 4096}), clock, 1e-12);
-  EXPECT_NEAR(trn2.matmul_efficiency({1, 128, 128, 128}), clock / 8, 1e-12);  // one engine
+  const double trn_clock = find_chip("trn2").clock_ratio();
+  EXPECT_NEAR(trn2.matmul_efficiency({1, 256, 256, 4096}), trn_clock, 1e-12);
+  EXPECT_NEAR(trn2.matmul_efficiency({1, 128, 128, 128}), trn_clock / 8, 1e-12);  // one engine
   // H100 4096 x 4096 x 4096: 1024 tiles on 132 SMs = 8 waves, the last 1024 - 7 x 132 = 100
   // full; at the 700 W sustained clock.
   ComputeModel h100(find_chip("h100"), ExecutionMode::kCompiled);
@@ -57,11 +59,17 @@ TEST(KernelShape, PowerCappedPartRunsAtItsSustainedClock) {
   // Memory-bound work does not slow with the clock.
   const OpDesc add = pointwise_op("aten::add", OpKind::kElementwise, 2 << 20, 1 << 20);
   EXPECT_NEAR(a.roofline_s(add), (3 << 20) / (2.4e12 * 0.85), 1e-15);
-  // No chip of the catalog besides the H100 family has a measured sustained clock: each
-  // borrows the 700 W H100's ratio (devices/chips/_accelerator.toml).
-  for (const char* name : {"tpu-v4", "tpu-v7", "trn1", "trn3", "a100", "b200"}) {
-    EXPECT_EQ(find_chip(name).sustained_clock_from, "h100") << name;
-    EXPECT_DOUBLE_EQ(find_chip(name).clock_ratio(), full.clock_ratio()) << name;
+  // No chip borrows another vendor's share: chips with published runs carry their own fitted
+  // share, the others borrow from a chip of their own vendor.
+  for (const char* name : {"tpu-v4", "tpu-v5p", "tpu-v6e", "tpu-v7", "trn1", "a100"}) {
+    EXPECT_GT(find_chip(name).fitted_clock_share, 0) << name;
+    EXPECT_DOUBLE_EQ(find_chip(name).clock_ratio(), find_chip(name).fitted_clock_share) << name;
+  }
+  const std::pair<const char*, const char*> borrowers[] = {
+      {"tpu-v5e", "tpu-v5p"}, {"trn2", "trn1"}, {"trn3", "trn1"}, {"b200", "h100"}};
+  for (const auto& [name, donor] : borrowers) {
+    EXPECT_EQ(find_chip(name).sustained_clock_from, donor) << name;
+    EXPECT_DOUBLE_EQ(find_chip(name).clock_ratio(), find_chip(donor).clock_ratio()) << name;
   }
 }
 

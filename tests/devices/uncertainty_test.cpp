@@ -88,14 +88,19 @@ TEST(Uncertainty, MatmulRateIsSureOnlyWhereMeasured) {
   const OpDesc big = matmul_op("aten::mm", {1, 8192, 8192, 8192});
   Trace t;
   t.compute(big);
-  // TPU v7: no measured rate, so the whole step rests on the clock share borrowed from the
-  // H100's measurement.
+  // TPU v7: no measured rate, so the whole step rests on the clock share fitted on its
+  // published runs.
   const ChipSpec v7 = find_chip("tpu-v7");
   const StepReport r7 = simulate_step(t, place_on_device(v7, 1, fsdp(1)), v7, compiled_separate());
-  EXPECT_NEAR(seconds_of(r7, CostBasis::kMatmulBorrowed), r7.step_time_s - 0.5e-6, 1e-9);
+  EXPECT_NEAR(seconds_of(r7, CostBasis::kMatmulFitted), r7.step_time_s - 0.5e-6, 1e-9);
   EXPECT_GT(uncertain_share(r7), 0.99);
-  // Without the borrowed ratio: the datasheet clock, and named so.
+  // v5e borrows v5p's fitted share: named as borrowed.
+  const ChipSpec v5e = find_chip("tpu-v5e");
+  const StepReport r5 = simulate_step(t, place_on_device(v5e, 1, fsdp(1)), v5e, compiled_separate());
+  EXPECT_NEAR(seconds_of(r5, CostBasis::kMatmulBorrowed), r5.step_time_s - 0.5e-6, 1e-9);
+  // Without a fitted or borrowed share: the datasheet clock, and named so.
   ChipSpec bare = v7;
+  bare.fitted_clock_share = 0;
   bare.borrowed_clock_ratio = 0;
   const StepReport rb = simulate_step(t, place_on_device(bare, 1, fsdp(1)), bare, compiled_separate());
   EXPECT_NEAR(seconds_of(rb, CostBasis::kMatmulDatasheet), rb.step_time_s - 0.5e-6, 1e-9);
