@@ -80,6 +80,7 @@ Placement place_mesh(const Topology& topology, const std::vector<MeshDim>& mesh)
 }
 
 std::vector<AxisSegment> Placement::group(const std::string& name) const {
+  if (name == "pp_ends") return pipeline_ends();
   std::vector<std::string> dims;
   auto has = [&](const std::string& n) {
     return std::any_of(mesh.begin(), mesh.end(), [&](const MeshDim& d) { return d.name == n; });
@@ -136,6 +137,29 @@ std::vector<AxisSegment> Placement::group(const std::string& name) const {
     }
   }
   return merged;
+}
+
+// Pipeline rank r sits at digit r_i along pp's segment i (innermost first, mixed radix), so
+// ranks 0 and pp - 1 differ on every segment: by (count - 1) x stride chips, or by one stride
+// over the wraparound link where pp closes a ring. The pair is costed on the outermost such
+// segment (the slowest tier: a scale-out axis when pp reaches one), as a 2-member line that
+// far apart; the hops on inner axes are left out (a latency of a few microseconds).
+std::vector<AxisSegment> Placement::pipeline_ends() const {
+  size_t pp = mesh.size();
+  for (size_t i = 0; i < mesh.size(); ++i)
+    if (mesh[i].name == "pp") pp = i;
+  TITAN_CONFIG_CHECK(pp < mesh.size(), "unknown process group 'pp_ends': no pp dim in the mesh (", mesh_string(mesh),
+                     ")");
+  std::vector<AxisSegment> out;
+  for (const AxisSegment& s : segments[pp]) {
+    if (s.count <= 1) continue;
+    AxisSegment pair;
+    pair.axis = s.axis;
+    pair.count = 2;
+    pair.stride = s.ring ? s.stride : (s.count - 1) * s.stride;
+    out.assign(1, pair);
+  }
+  return out;
 }
 
 int64_t Placement::group_size(const std::string& name) const {

@@ -34,8 +34,10 @@ struct Placement {
   // Segments of a group: a mesh dim name ("tp"), several joined by '+' ("dp_shard+cp"), or a
   // flattened name the trainer uses: "dp" = dp_replicate+dp_shard, "dp_shard_cp" =
   // dp_shard+cp, "dp_cp" / "loss" = dp_replicate+dp_shard+cp, "world" = every dim.
+  // "pp_ends": the first and the last pipeline rank (a tied embedding's gradient sum).
   // An unknown name is a config error listing the mesh dims.
   std::vector<AxisSegment> group(const std::string& name) const;
+  std::vector<AxisSegment> pipeline_ends() const;  // the "pp_ends" pair
   int64_t group_size(const std::string& name) const;
   std::string describe() const;  // e.g. "tp=4 -> x[4 line]; dp_shard=2048 -> x[4/4 torus] y..."
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "devices/collective_cost.h"
 
 namespace titan::devices {
 namespace {
@@ -61,6 +62,39 @@ TEST(Placement, GpuTpOnNvlinkDpOverIb) {
   auto dp = p.group("dp_shard");
   ASSERT_EQ(dp.size(), 1u);
   EXPECT_EQ(p.topology.axes[dp[0].axis].name, "ib");
+}
+
+// "pp_ends" (a tied embedding's gradient sum): the first and the last pipeline rank, one pair.
+// On a torus line they are (pp - 1) strides apart; where pp closes a ring, the wraparound link
+// makes them neighbours; past a torus, the slowest axis pp reaches carries the pair.
+TEST(Placement, PipelineEndsArePlacedAsOnePair) {
+  auto pp_mesh = [](int64_t pp, int64_t dp) {
+    return std::vector<MeshDim>{{"pp", pp}, {"dp_replicate", 1}, {"dp_shard", dp}, {"cp", 1}, {"tp", 1}};
+  };
+  Topology t = make_topology(find_chip("tpu-v7"), 8192, "16x16x32");
+  // dp_shard 16 x 16 fills x and y; pp 32 is the whole z ring: ends are ring neighbours.
+  Placement ring = place_mesh(t, pp_mesh(32, 256));
+  auto ends = ring.group("pp_ends");
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].axis, 2);
+  EXPECT_EQ(ends[0].count, 2);
+  EXPECT_EQ(ends[0].stride, 1);
+  EXPECT_EQ(ring.group_size("pp_ends"), 2);
+  // The same pair where the axis does not close (a line): 31 hops apart, and slower.
+  Placement line = ring;
+  line.segments[0][0].ring = false;
+  ends = line.group("pp_ends");
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].stride, 31);
+  EXPECT_GT(collective_cost(line, "pp_ends", CollectiveKind::kAllReduce, 1 << 26).total_s(),
+            collective_cost(ring, "pp_ends", CollectiveKind::kAllReduce, 1 << 26).total_s());
+  // GPUs: tp 8 on NVLink, pp 8 and dp 24 on the scale-out fabric (a switch: distance is free).
+  Placement gpu = place_on_device(find_chip("a100"), 1536,
+                                  {{"pp", 8}, {"dp_replicate", 1}, {"dp_shard", 24}, {"cp", 1}, {"tp", 8}});
+  ends = gpu.group("pp_ends");
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_TRUE(gpu.topology.axes[ends[0].axis].switched);
+  EXPECT_EQ(gpu.group_size("pp_ends"), 2);
 }
 
 TEST(Placement, DegreesMustMultiplyToNumChips) {

@@ -144,6 +144,25 @@ add_test(NAME parallel_loss_parity_pipeline_composed
                  pp2_fsdp2_tp2:8:${_pp2tp},--parallelism.data_parallel_shard_degree=2,--parallelism.pipeline_parallel_schedule=Interleaved1F1B
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_pipeline_composed PROPERTIES TIMEOUT 900 PROCESSORS 8)
+# Tied embeddings under PP (Megatron's way, docs/pipeline.md): the last stage's copy of the
+# embedding is the output projection and the two gradients are summed over the first and last
+# pipeline ranks. 1F1B on mpi, GPipe on gloo (separate), ZBV (rank 0 runs both ends: no sum),
+# with FSDP 2 (the sum over the gradient shards), with TP 2 (vocabulary-sharded copies) and
+# FSDP 2 under ZBV (the head unit gathered around both stages).
+set(_pp2t --parallelism.pipeline_parallel_degree=2)
+add_test(NAME parallel_loss_parity_pipeline_tied
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.tie_embeddings=true,--model.vocab_size=258,--optimizer.eps=1e-6
+                 ^--training.local_batch_size=1
+                 pp2_tied_1f1b:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=1F1B
+                 pp2_tied_gpipe_gloo_separate:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=GPipe,--comm.backend=gloo,--comm.collective_mode=separate
+                 pp2_tied_zbv:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+                 pp2_tied_fsdp2:4:${_pp2t},--parallelism.data_parallel_shard_degree=2
+                 pp2_tied_fsdp2_gloo_separate:4:${_pp2t},--parallelism.data_parallel_shard_degree=2,--comm.backend=gloo,--comm.collective_mode=separate
+                 pp2_tied_tp2:4:${_pp2t},--parallelism.tensor_parallel_degree=2,--parallelism.data_parallel_shard_degree=1,--training.local_batch_size=4
+                 pp2_tied_fsdp2_zbv:4:${_pp2t},--parallelism.data_parallel_shard_degree=2,--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_pipeline_tied PROPERTIES TIMEOUT 900 PROCESSORS 4)
 # Bad pipeline input ends every rank with a clear message, no hang:
 # pipeline_failure(<name> <np> <regex> <titan-train options...>) on the debug model.
 function(pipeline_failure name np regex)

@@ -18,6 +18,10 @@ training.steps 20 and stop after the step-10 save through TITAN_CHECKPOINT_FAULT
   pipeline 4      PP 2 x FSDP 2: 20 steps straight == 10 + a new process resuming (bit for bit);
                   that checkpoint resumed on 1 rank and on FSDP 2 x TP 2, and an FSDP 4
                   checkpoint resumed on PP 2 x TP 2 and on PP 4 (within 1e-6)
+  pipeline_tied 4 tied embeddings on PP 2 x FSDP 2: resume bit for bit; that checkpoint (the
+                  weight written once, by the first stage) resumed on 1 rank, and a 1-rank
+                  checkpoint resumed on PP 2 x TP 2 (both copies loaded; within 5e-6, see
+                  TIED_LAYOUT_TOL)
 usage: checkpoint_resume.py SCENARIO [NP] --titan-train BIN --mpirun BIN --workdir DIR"""
 import argparse
 import json
@@ -220,18 +224,25 @@ def missing_shard(r):
     compare("resume skipping the damaged step 10", got, straight, list(range(6, 21)), 0)
 
 
+def straight_and_resumed(r, np, tag, label, m):
+    """20 steps straight == 10 steps + a new process resuming for 10, bit for bit; returns the
+    straight run's losses and the checkpoint folder (step 10 in it)."""
+    straight, _ = r.run(np, f"{tag}_straight", m + ["--training.steps", "20"])
+    folder = os.path.join(r.args.workdir, f"ckpt_{tag}")
+    shutil.rmtree(folder, ignore_errors=True)
+    first = interrupted(r, np, f"{tag}_first", m, folder)
+    second, out = r.run(np, f"{tag}_second", m + ["--training.steps", "20"] + ckpt(folder))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: the {label} process did not resume\n{out}")
+    compare(f"{label} first process", first, straight, list(range(1, 11)), 0)
+    compare(f"{label} new process resumed at step 10", second, straight, list(range(11, 21)), 0)
+    return straight, folder
+
+
 def pipeline(r):
     w = r.args.workdir
     pp2 = mesh(2) + ["--parallelism.pipeline_parallel_degree", "2"]  # x FSDP 2 on 4 ranks
-    straight, _ = r.run(4, "pp_straight", pp2 + ["--training.steps", "20"])
-    folder = os.path.join(w, "ckpt_pp")
-    shutil.rmtree(folder, ignore_errors=True)
-    first = interrupted(r, 4, "pp_first", pp2, folder)
-    second, out = r.run(4, "pp_second", pp2 + ["--training.steps", "20"] + ckpt(folder))
-    if "resumed from" not in out:
-        sys.exit(f"FAIL: the PP process did not resume\n{out}")
-    compare("PP 2 x FSDP 2 first process", first, straight, list(range(1, 11)), 0)
-    compare("PP 2 x FSDP 2 new process resumed at step 10", second, straight, list(range(11, 21)), 0)
+    straight, folder = straight_and_resumed(r, 4, "pp", "PP 2 x FSDP 2", pp2)
     for n, m, name in [(1, mesh(1), "single process"), (4, mesh(4, 1, 2), "FSDP 2 x TP 2")]:
         copy = os.path.join(w, f"ckpt_pp_to_{n}")
         shutil.rmtree(copy, ignore_errors=True)
@@ -255,6 +266,43 @@ def pipeline(r):
         compare(f"FSDP 4 -> {name}", got, straight, list(range(11, 21)), LAYOUT_TOL)
 
 
+# The tied model's later steps lift layout roundoff more: straight 20-step runs with no
+# checkpoint involved already differ by up to 1.9e-6 (PP 2 x TP 2 vs PP 2 x FSDP 2, steps
+# 18-20; one process in micro-batches of 1 vs PP 2 x FSDP 2: 9.8e-7, measured). Copies that
+# part ways differ by far more (with the gradient sum switched off: 1.4e-2 in ten steps).
+TIED_LAYOUT_TOL = 5e-6
+
+
+def pipeline_tied(r):
+    """Tied embeddings under PP: the first stage saves the weight, the last stage's copy loads it."""
+    w = r.args.workdir
+    # Adam's eps 1e-6, as in the TP loss-parity tests: with 1e-8, TP's reassociated partial sums
+    # on near-zero gradients grew to 1.2e-6 by step 19 in the PP 2 x TP 2 leg (measured).
+    tied = ["--model.tie_embeddings", "true", "--optimizer.eps", "1e-6"]
+    pp2 = mesh(2) + ["--parallelism.pipeline_parallel_degree", "2"] + tied  # x FSDP 2 on 4 ranks
+    straight, folder = straight_and_resumed(r, 4, "tied", "tied PP 2 x FSDP 2", pp2)
+    # One process in micro-batches of 1, as the pipeline runs them (the same GEMM shapes, so
+    # only the layouts' reassociation separates the runs; loss_parity.py does the same).
+    one = mesh(1) + tied + ["--training.local_batch_size", "1"]
+    # The weight is written once (from the first stage): one process loads the whole model from it.
+    copy = os.path.join(w, "ckpt_tied_to_1")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    got, out = r.run(1, "tied_to_1", one + ["--training.steps", "20"] + ckpt(copy, "--checkpoint.load_step", "10"))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: one process did not resume the tied PP checkpoint\n{out}")
+    compare("tied PP 2 x FSDP 2 -> single process", got, straight, list(range(11, 21)), TIED_LAYOUT_TOL)
+    # And a one-process checkpoint loads into both copies, vocabulary-sharded under TP.
+    single = os.path.join(w, "ckpt_tied_single")
+    shutil.rmtree(single, ignore_errors=True)
+    interrupted(r, 1, "tied_single_save", one, single)
+    got, out = r.run(4, "tied_to_pp_tp", mesh(2, 1, 2) + ["--parallelism.pipeline_parallel_degree", "2"] + tied +
+                     ["--training.steps", "20"] + ckpt(single))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: PP 2 x TP 2 did not resume the single-process tied checkpoint\n{out}")
+    compare("single process -> tied PP 2 x TP 2", got, straight, list(range(11, 21)), TIED_LAYOUT_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -267,7 +315,8 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     r = Runner(args)
     {"exact": lambda: exact(r, args.np), "reshard": lambda: reshard(r), "kill": lambda: kill(r),
-     "missing_shard": lambda: missing_shard(r), "pipeline": lambda: pipeline(r)}[args.scenario]()
+     "missing_shard": lambda: missing_shard(r), "pipeline": lambda: pipeline(r),
+     "pipeline_tied": lambda: pipeline_tied(r)}[args.scenario]()
     shutil.rmtree(args.workdir, ignore_errors=True)
 
 

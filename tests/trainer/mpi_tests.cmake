@@ -4,7 +4,8 @@
 set(_ckpt_driver ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume.py
     --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
     --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
-foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_shard;2" "pipeline;4")
+foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_shard;2" "pipeline;4"
+                 "pipeline_tied;4")
   list(GET scenario 0 name)
   list(GET scenario 1 np)
   add_test(NAME checkpoint_${name}_np${np}
@@ -31,6 +32,10 @@ foreach(mode fused separate)
                  --parallelism.pipeline_parallel_degree 4)
   titan_mpi_test(trainer_sim_collectives_pp2_fsdp2_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
                  --parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_schedule ZBVZeroBubble)
+  # Tied embeddings: the first and last stages' gradient sum over "pp_ends", vocabulary-sharded.
+  titan_mpi_test(trainer_sim_collectives_pp2_tp2_tied_${mode} 4 $<TARGET_FILE:sim_collectives_multirank> ${mode}
+                 --parallelism.pipeline_parallel_degree 2 --parallelism.tensor_parallel_degree 2
+                 --model.vocab_size 258 --model.tie_embeddings true)
 endforeach()
 
 # Hardening (issue 14): titan-train as a subprocess: stop signals, deterministic concurrent

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "trainer/config/config_loader.h"
+#include "trainer/config/resolve_model.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/simulate/simulate.h"
 #include "trainer/simulate/simulate_pipeline.h"
@@ -103,6 +104,45 @@ TEST(SimulatePipeline, BubblesAndMemoryFollowTheSchedule) {
   // GPipe keeps all 8 micro-batches' activations on the first rank, 1F1B at most 4.
   EXPECT_GT(gpipe.pipeline_rank_memory_gib[0], one.pipeline_rank_memory_gib[0]);
   EXPECT_GT(one.pipeline_rank_memory_gib[0], one.pipeline_rank_memory_gib[2]);
+}
+
+// Tied embeddings under PP: the first and the last pipeline ranks each hold the embedding
+// (input lookup / output projection) and sum its gradient shard over "pp_ends" once per step,
+// in the recorded step that the replay costs; middle ranks do not take part.
+TEST(SimulatePipeline, TiedEmbeddingsSumTheirGradientOverThePipelineEnds) {
+  const JobConfig cfg = pp_config("1F1B", {"--model.tie_embeddings", "true"});
+  RecordedStep rec = record_step(cfg);
+  ASSERT_TRUE(rec.pipeline);
+  const RecordedPipeline& p = *rec.pipeline;
+  // The fp32 gradient shard: vocab 4096 x dim 1024 over dp_shard 4.
+  const int64_t shard_bytes = 4096 * 1024 / 4 * 4;
+  for (size_t q = 0; q < 4; ++q) {
+    int calls = 0;
+    for (const auto& c : p.calls[q]) {
+      if (c.type != SimCollectiveEvent::Type::kCall || c.group != "pp_ends") continue;
+      ++calls;
+      EXPECT_EQ(c.op, "all_reduce");
+      EXPECT_EQ(c.group_size, 2);
+      EXPECT_EQ(c.bytes, shard_bytes);
+    }
+    int issued = 0;
+    for (const auto& seg : p.ranks[q])
+      for (const auto& ev : seg.trace.events())
+        issued += ev.type == devices::TraceEvent::Type::kIssue && ev.collective.group == "pp_ends";
+    const bool end = q == 0 || q == 3;
+    EXPECT_EQ(calls, end ? 1 : 0) << q;
+    EXPECT_EQ(issued, end ? 1 : 0) << q;
+  }
+  // Both ends hold the embedding: the last rank's parameters exceed a middle one's by it.
+  EXPECT_EQ(p.local_params[3] - p.local_params[1], (4096 * 1024 + 1024) / 4);
+  SimulationResult r = simulate(cfg, false);
+  EXPECT_GT(r.report.step_time_s, 0);
+  // MFU counts the tied weight once (as the output projection), not once per copy:
+  // 6 x (8 layers + final norm + one 4096 x 1024 table) + attention.
+  ModelArgs a = resolve_model_args(cfg, 0);
+  const double expected = 6.0 * static_cast<double>(8 * a.layer_params() + 1024 + 4096 * 1024) +
+                          12.0 * 8 * 8 * 128 * 1024;
+  EXPECT_DOUBLE_EQ(r.flops_per_token, expected);
 }
 
 TEST(SimulatePipeline, SeparateSendsCostMoreThanFused) {

@@ -178,9 +178,15 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     o.reshard_after_forward = fsdp_reshard_policy(cfg, pipeline != nullptr);
     o.param_dtype = scalar_type(cfg.training.mixed_precision_param);
     o.reduce_dtype = scalar_type(cfg.training.mixed_precision_reduce);
-    const bool tied = !model->output;
-    const bool has_embedding = !pipeline || pipeline->holds("tok_embeddings.weight");
-    const bool has_head = !pipeline || pipeline->holds("norm.weight");
+    const bool has_embedding = !pipeline || pipeline->runs_embedding();
+    const bool has_head = !pipeline || pipeline->runs_output();
+    // Tied weights join the head unit where one rank runs both the embedding and the head.
+    // Under PP with the two on different ranks, each rank's copy is an ordinary unit of its
+    // own: the embedding unit on the first stage, the head unit (embedding + final norm) on
+    // the last, sharded alike over the same fsdp group, so their gradient shards can be summed
+    // (PipelineModel::sum_tied_gradients).
+    const bool tied = !model->output && has_embedding && has_head;
+    if (tied && pipeline) pipeline->root_wraps_embedding = true;
     std::vector<NamedModule> embedding;
     if (!tied && has_embedding) embedding.push_back({"tok_embeddings", model->tok_embeddings.ptr()});
     out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding,

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "parallel/fsdp.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/step/pipeline_model.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -32,6 +33,8 @@ std::vector<ParamLayout> param_layout(Trainer& t) {
       l.box_offset[l.tp_dim] = (tp.rank() / replicas) * l.box_shape[l.tp_dim];
     }
     l.writes = tp.rank() % replicas == 0;  // one copy of what several tp ranks hold
+    // A tied embedding under PP: the first stage writes it, the last stage's copy loads it.
+    if (t.pipeline() && t.pipeline()->tied_copy() && p.name == "tok_embeddings.weight") l.writes = false;
     if (t.fsdp()) {
       l.flat_offset = shard.offset, l.length = shard.length;
     } else {

@@ -1,9 +1,11 @@
 #include "trainer/step/pipeline_model.h"
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 
 #include "common/error.h"
+#include "parallel/fsdp_observer.h"
 #include "trainer/step/parallelize.h"
 
 namespace titan {
@@ -19,8 +21,6 @@ int64_t layer_of(const std::string& name) {
 
 PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t pp, bool fsdp) {
   const auto& p = cfg.parallelism;
-  TITAN_CONFIG_CHECK(!args.tie_embeddings, "pipeline parallelism with tied embeddings (model.tie_embeddings): the "
-                     "embedding and the output live on different stages; untie them (--model.tie_embeddings false)");
   const int64_t microbatch_size = p.pipeline_parallel_microbatch_size;
   const int64_t local_bs = cfg.training.local_batch_size;
   TITAN_CONFIG_CHECK(local_bs % microbatch_size == 0, "training.local_batch_size (", local_bs,
@@ -76,6 +76,33 @@ PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, Device
     std::cout << std::flush;
   }
   runtime_ = std::make_unique<PipelineRuntime>(schedule_, rank_, mesh["pp"], &store_);
+  const int first = schedule_.stage_rank.front(), last = schedule_.stage_rank.back();
+  runs_embedding_ = first == rank_, runs_output_ = last == rank_;
+  tied_ = args.tie_embeddings;
+  if (tied_ && first != last && (runs_embedding_ || runs_output_)) {
+    // Only the two members build it (World::new_group), the same on both: this (dp, tp)
+    // coordinate's ranks at the first and the last pipeline coordinate.
+    const auto& names = mesh.dim_names();
+    const size_t pp_dim = static_cast<size_t>(std::find(names.begin(), names.end(), "pp") - names.begin());
+    std::vector<int64_t> c = mesh.coordinate();
+    c[pp_dim] = first;
+    const int a = mesh.rank_at(c);
+    c[pp_dim] = last;
+    tied_group_ = mesh.world()->new_group({a, mesh.rank_at(c)}, "pp_ends");
+  }
+}
+
+void PipelineModel::sum_tied_gradients(const torch::Tensor& param, Fsdp* fsdp) {
+  if (!tied_group_) return;
+  torch::Tensor grad = param.mutable_grad();
+  // A rank whose backward left no gradient (none can, the loss reaches both uses) would
+  // still have to join the peer's collective: give it zeros.
+  if (!grad.defined()) {
+    param.mutable_grad() = torch::zeros_like(param);
+    grad = param.mutable_grad();
+  }
+  note_shard_collective(fsdp, "all_reduce", *tied_group_, {param}, {grad});
+  tied_group_->all_reduce(grad, ReduceOp::kSum)->wait();
 }
 
 PipelineModel::~PipelineModel() = default;
@@ -97,7 +124,9 @@ int PipelineModel::owner(const std::string& name) const {
   TITAN_FAIL("pipeline: no stage holds parameter ", name);
 }
 
-bool PipelineModel::holds(const std::string& name) const { return owner(name) == rank_; }
+bool PipelineModel::holds(const std::string& name) const {
+  return owner(name) == rank_ || (tied_ && runs_output_ && name == "tok_embeddings.weight");
+}
 
 void PipelineModel::apply(Transformer& model, ParallelizedModel& plan) {
   torch::NoGradGuard no_grad;
@@ -175,7 +204,10 @@ torch::Tensor PipelineModel::run(Transformer& model, const torch::Tensor& inputs
       h = model->run_layers(h, st.begin, st.end);
       return st.output ? model->head(model->norm(h)) : h;
     };
-    torch::Tensor out = root_wrap && st.output ? root_wrap(in, body) : body(in);
+    // FSDP's tied head unit holds the embedding too: a rank running the first and the last
+    // stage (V schedules) gathers it around both.
+    const bool root = st.output || (st.embedding && root_wraps_embedding);
+    torch::Tensor out = root_wrap && root ? root_wrap(in, body) : body(in);
     return st.output ? loss_fn(out, labels.narrow(0, k * mbs, mbs)) : out;
   };
   fns.reduce_grad = [&](int) {

@@ -31,7 +31,7 @@ struct PipelinePlan {
 // pp ranks; fsdp: FSDP units will shard the rank's parameters (the schedule then carries
 // REDUCE_GRAD). Config errors for an unknown schedule, layers that cannot be split, a
 // micro-batch size that does not divide the local batch, too few or too many micro-batches
-// for the schedule, tied embeddings.
+// for the schedule.
 PipelinePlan plan_pipeline(const JobConfig& cfg, const ModelArgs& args, int64_t pp, bool fsdp);
 
 class PipelineModel {
@@ -46,9 +46,30 @@ class PipelineModel {
   const std::vector<int>& local_stages() const { return local_stages_; }
   const StageLayers& stage(int s) const { return stages_[s]; }
   bool holds_layer(int64_t layer) const;
+  // Whether this rank keeps a parameter: its own stages', plus, with tied embeddings, the
+  // last stage's copy of the embedding (its output projection).
   bool holds(const std::string& param_name) const;
-  // The pipeline rank (pp coordinate) holding a parameter.
+  // The pipeline rank (pp coordinate) that owns a parameter: for the tied embedding, the
+  // first stage's (checkpoints and gathered parameters take it from there).
   int owner(const std::string& param_name) const;
+  // Whether this rank runs the first stage (embedding) / the last stage (norm and output).
+  bool runs_embedding() const { return runs_embedding_; }
+  bool runs_output() const { return runs_output_; }
+
+  // Tied embeddings (Megatron's way, docs/pipeline.md): the first stage's rank owns
+  // tok_embeddings.weight and the last stage's rank holds a copy, sharded alike, as its
+  // output projection. The copy is not counted in the gradient norm and not written to
+  // checkpoints; tied_copy() is true on the rank holding it (and not the first stage).
+  bool tied_copy() const { return tied_ && runs_output_ && !runs_embedding_; }
+  // After backward (and FSDP's reduce-scatter), before clipping: sums the two copies'
+  // gradients over {first stage rank, last stage rank} of this (dp, tp) coordinate, so both
+  // take the same optimizer step. `param`: this rank's registered tok_embeddings.weight (under
+  // FSDP its shard, sharded alike on both), whose .grad is summed; a no-op on other ranks and
+  // where one rank runs both stages (its one parameter already sums both uses).
+  void sum_tied_gradients(const torch::Tensor& param, Fsdp* fsdp);
+  // The group of that all-reduce (null where this rank is not in one); its name, "pp_ends",
+  // is the one the simulator places on the first and last pipeline ranks.
+  const std::shared_ptr<Communicator>& tied_group() const { return tied_group_; }
 
   // After the TP plan, before FSDP: frees the parameters of other ranks' stages (their
   // modules never run here) and drops them from the TP lists; under a split-backward
@@ -68,6 +89,10 @@ class PipelineModel {
                     const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
                     const WrapFn& root_wrap, const std::function<void()>& reduce_grad);
 
+  // Set by parallelize() when FSDP's head unit holds the tied embedding on a rank running
+  // both the first and the last stage: run() then wraps the first stage in root_wrap too.
+  bool root_wraps_embedding = false;
+
   // Simulation: sees each action begin and end.
   std::function<void(const PipeAction&, bool begin)> observer;
 
@@ -78,6 +103,8 @@ class PipelineModel {
   PipeSchedule schedule_;
   std::vector<int> local_stages_;
   int rank_ = 0;
+  bool tied_ = false, runs_embedding_ = false, runs_output_ = false;
+  std::shared_ptr<Communicator> tied_group_;
   WeightGradStore store_;
   std::unique_ptr<PipelineRuntime> runtime_;
 };

@@ -174,19 +174,33 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   optimizer_ = std::make_unique<AdamW>(params_, cfg_.optimizer);
 }
 
+// The embedding parameter as registered (what the optimizer steps; FSDP's shard), not the
+// module's `weight` member, which a plan may point at a gathered tensor.
+torch::Tensor Trainer::registered_embedding() const {
+  return model_->tok_embeddings->named_parameters(/*recurse=*/false)["weight"];
+}
+
 double Trainer::global_grad_sq_norm() {
   // Parameters sharded over tp: their squares add over tp (a block held by several ranks
   // counts once); replicated ones count once. Then FSDP shards add over the fsdp group; dp
-  // replicas hold equal copies; pipeline stages hold disjoint parameters.
+  // replicas hold equal copies; pipeline stages hold disjoint parameters, but for the last
+  // stage's copy of a tied embedding, which is left out (the first stage counts it).
+  const torch::Tensor embedding = registered_embedding();
+  const torch::Tensor* copy = pipeline_ && pipeline_->tied_copy() ? &embedding : nullptr;
   double sharded = 0, sharded_here = 0, all = 0;
   for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
     const auto& g = parallel_.tp_sharded[i].grad();
     if (!g.defined()) continue;
     const double sq = squared_sum(g);
     sharded_here += sq;
+    if (copy && parallel_.tp_sharded[i].is_same(*copy)) continue;
     sharded += sq / static_cast<double>(parallel_.tp_shard_replicas[i]);
   }
   all = optimizer_->grad_sq_norm();
+  // The copy's square stays in sharded_here (under TP) or is taken out here (without).
+  if (copy && copy->grad().defined() && !std::any_of(parallel_.tp_sharded.begin(), parallel_.tp_sharded.end(),
+                                                     [&](const torch::Tensor& t) { return t.is_same(*copy); }))
+    all -= squared_sum(copy->grad());
   const double replicated = all - sharded_here;
   const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
   const double over_fsdp = all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
@@ -314,6 +328,10 @@ Trainer::StepResult Trainer::train_step() {
   if (FsdpObserver* o = fsdp_observer(); o && parallel_.fsdp && replicas > 1 && tp.size() > 1)
     o->unsupported("KV heads replicated over tp sum their gradient shards through zero-padded slots");
   sum_over_replicas(replicated_blocks, replicas, tp);
+  // Tied embeddings under PP: the first and last stages' copies add their gradients (each
+  // the full data-parallel sum by now, FSDP's a shard of it), then clip and step alike.
+  if (pipeline_ && args_.tie_embeddings)
+    pipeline_->sum_tied_gradients(registered_embedding(), parallel_.fsdp.get());
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only (and over
   // pp, where only the last stage has it).
   if (pipeline_) r.loss = all_reduce_sum(*(*mesh_)["pp"], r.loss);

@@ -97,6 +97,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::vector<NamedParam> params_;
   double global_grad_sq_norm();
+  torch::Tensor registered_embedding() const;
   bool skip_nonfinite(StepResult& r);
   void check_finite_parameters() const;
   // Forward and backward of one local batch through this rank's pipeline stages; returns the
