@@ -154,6 +154,31 @@ void set_sim_listener(SimListener listener) {
   state().listener = std::move(listener);
 }
 
+int64_t sim_report_host_copy(bool to_host, int64_t bytes) {
+  SimCollectiveEvent e;
+  e.type = SimCollectiveEvent::Type::kIssue;
+  e.op = "host_copy";
+  e.group = e.stream = to_host ? "d2h" : "h2d";
+  e.bytes = bytes;
+  SimListener l;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    if (!state().listener) return -1;
+    l = state().listener;
+    e.id = state().next_id++;
+  }
+  l(e);
+  return e.id;
+}
+
+void sim_report_wait(int64_t id) {
+  if (id < 0) return;
+  SimCollectiveEvent e;
+  e.type = SimCollectiveEvent::Type::kWait;
+  e.id = id;
+  emit(e);
+}
+
 void set_sim_world(int64_t size, int64_t rank) {
   TITAN_CONFIG_CHECK(size >= 1 && size <= (int64_t{1} << 30), "simulation: world size ", size,
                      " out of range");

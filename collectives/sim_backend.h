@@ -35,6 +35,13 @@ using SimListener = std::function<void(const SimCollectiveEvent&)>;
 // simulated step issues from one thread).
 void set_sim_listener(SimListener listener);
 
+// A copy between device and host memory the trainer makes outside any communicator (activation
+// offload, parallel/activation_checkpoint.h), reported to the listener as a kIssue of op
+// "host_copy" on group and stream "d2h" or "h2d". Returns its id, -1 (and reports nothing)
+// with no listener set; sim_report_wait reports a wait on it (none for -1).
+int64_t sim_report_host_copy(bool to_host, int64_t bytes);
+void sim_report_wait(int64_t id);
+
 // World size and the rank this process represents for the next `sim` World (the backend
 // factory reads it; CommOptions has no field for it). Defaults: size 1, rank 0.
 void set_sim_world(int64_t size, int64_t rank = 0);

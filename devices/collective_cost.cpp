@@ -103,6 +103,7 @@ const char* collective_name(CollectiveKind k) {
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kSendRecv: return "send_recv";
+    case CollectiveKind::kHostCopy: return "host_copy";
   }
   return "?";
 }
@@ -117,8 +118,9 @@ CollectiveKind parse_collective(const std::string& name) {
   if (s == "alltoall" || s == "alltoallsingle") return CollectiveKind::kAllToAll;
   if (s == "broadcast") return CollectiveKind::kBroadcast;
   if (s == "sendrecv" || s == "send" || s == "recv" || s == "p2p") return CollectiveKind::kSendRecv;
+  if (s == "hostcopy") return CollectiveKind::kHostCopy;
   TITAN_CONFIG_FAIL("unknown collective '", name,
-                    "' (known: all_gather reduce_scatter all_reduce all_to_all broadcast send_recv)");
+                    "' (known: all_gather reduce_scatter all_reduce all_to_all broadcast send_recv host_copy)");
 }
 
 CollectiveCost collective_cost(const Topology& t, const std::vector<AxisSegment>& segments,
@@ -191,6 +193,8 @@ CollectiveCost collective_cost(const Topology& t, const std::vector<AxisSegment>
       c.latency_s = alpha;
       break;
     }
+    case CollectiveKind::kHostCopy:
+      break;  // no group: the step simulator costs it on the chip's host link
   }
   return c;
 }

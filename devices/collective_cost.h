@@ -10,7 +10,9 @@
 
 namespace titan::devices {
 
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast, kSendRecv };
+// kHostCopy: a copy between the chip and its host's memory (activation offload), costed on the
+// chip's host link (ChipSpec::host_link_bytes_per_s) by the step simulator, not on a group.
+enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast, kSendRecv, kHostCopy };
 
 const char* collective_name(CollectiveKind kind);  // "all_gather", ...
 // Accepts the names above (and "allgather", "send", "recv", ...); unknown = config error.

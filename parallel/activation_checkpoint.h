@@ -6,6 +6,7 @@
 #include <string>
 
 #include "parallel/module_hooks.h"
+#include "common/remat_policy.h"
 
 namespace titan {
 
@@ -20,6 +21,21 @@ BlockWrapFn activation_checkpoint_wrapper(int64_t every);
 // (parallel/op_save_hook.h): it reruns only the norms, RoPE, SwiGLU, casts and the dropped
 // products, and each reused op still back-propagates to its recomputed inputs.
 BlockWrapFn op_activation_checkpoint_wrapper();
+
+// A block's linear products, for a remat policy to tell which named tensor each is: q, k, v and
+// the out projection in attention; the MLP's input products (2 gated, 1 otherwise) then its
+// output product.
+struct BlockProducts {
+  int64_t attention_linears = 4, mlp_linears = 3;
+};
+
+// MaxText-style named-tensor policy (common/remat_policy.h): every block is checkpointed;
+// each product, attention's output (context) and the block input (decoder_layer_input) is
+// kept on device, offloaded to host memory or recomputed as the policy names it. Offloaded
+// tensors leave the device after the forward (a device-to-host copy, recorded for the
+// simulator as a host_copy on stream d2h) and come back before the block's recompute (h2d,
+// issued one block ahead); on a real host run they stay where they are.
+BlockWrapFn policy_activation_checkpoint_wrapper(const RematPolicy& policy, BlockProducts products);
 
 // Runs fn(x) without keeping its intermediate activations; backward recomputes them. With
 // keep_ops, the op-level policy above keeps some of them and the recompute skips those.

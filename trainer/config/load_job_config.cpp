@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/remat_policy.h"
 #include "trainer/config/torchtitan_keys.h"
 
 namespace titan {
@@ -40,6 +41,9 @@ int64_t ActivationCheckpointSection::every() const {
 
 void validate(const JobConfig& c) {
   c.activation_checkpoint.every();  // refuses a selective_ac_option that is neither "op" nor N
+  if (c.activation_checkpoint.mode == AcMode::kPolicy)  // refuses unknown policies and names
+    remat_policy(c.activation_checkpoint.policy, c.activation_checkpoint.save_on_device,
+                 c.activation_checkpoint.offload_to_host);
   const auto& t = c.training;
   TITAN_CONFIG_CHECK(t.global_batch_size != 0,
                      "training.global_batch_size must be -1 (local x data-parallel degree) or >= 1, got 0");

@@ -37,6 +37,12 @@ RecordOptions record_options(const devices::ChipSpec& chip) {
   return RecordOptions(chip.fused_attention, chip.host_fused_kernels);
 }
 
+RecordOptions record_options(const devices::ChipSpec& chip, devices::ExecutionMode execution) {
+  RecordOptions o = record_options(chip);
+  o.fused_cross_entropy = execution == devices::ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
+  return o;
+}
+
 namespace {
 
 using devices::OpDesc;
@@ -46,6 +52,7 @@ std::mutex mu;                  // guards the recorder and the attention interva
 TraceRecorder* active = nullptr;
 bool fuse_attention_scope = true;  // set with `active`, before the callback is installed
 bool fuse_kernel_scopes = false;   // the same, for the fused kernels' scopes
+bool fuse_cross_entropy_scope = false;  // the same, for the cross entropy's scope alone
 
 // Forward scopes kept as one kernel (attention, fused kernels): on thread `thread`, autograd
 // nodes with sequence numbers in [lo, hi) were created inside the scope; their backward is
@@ -153,7 +160,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     for (const auto& v : in) add_uses(v, &f->kernel_forward[0].reads), add_uses(v, &f->kernel_backward[0].reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
-  } else if (fuse_kernel_scopes && !f->suppressed &&
+  } else if ((fuse_kernel_scopes || (fuse_cross_entropy_scope && name == kFusedCrossEntropyScope)) && !f->suppressed &&
              fused_kernel_ops(name, fn.inputs(), &f->kernel_forward, &f->kernel_backward)) {
     // One fused kernel forward (its inputs are what it reads); backward as the attention's.
     f->kernel = true;
@@ -319,6 +326,8 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     fuse_attention_scope = options.fuse_attention;
     fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
+    fuse_cross_entropy_scope = options.fused_cross_entropy;
+    set_meta_records_fused_cross_entropy(options.fused_cross_entropy);
     intervals.clear();
     block_membership::reset();
     unseen_grads_writer = -1;
@@ -346,6 +355,7 @@ TraceRecorder::~TraceRecorder() {
   std::lock_guard<std::mutex> lock(mu);
   active = nullptr;
   set_meta_records_fused_kernels(false);
+  set_meta_records_fused_cross_entropy(false);
   intervals.clear();
   block_membership::reset();
 }

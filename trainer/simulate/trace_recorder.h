@@ -41,10 +41,17 @@ struct RecordOptions {
   // kernel) as that kernel's ops (devices/fused_ops.h), forward and backward; false records
   // the composite ops inside them.
   bool fused_kernels = false;
+  // The cross entropy's kernel scope only (kept where fused_kernels keeps every scope): a
+  // compiler that covers the whole step (XLA under MaxText: execution compiled on a chip with
+  // compiled_covers_step) fuses the loss into the logits' consumers, so neither an fp32 copy
+  // of the logits nor their log-probabilities are stored; the backward writes the logits'
+  // gradient in their dtype. Set by record_options(chip, execution).
+  bool fused_cross_entropy = false;
   RecordOptions(bool fuse_attention_ = true, bool fused_kernels_ = false)  // NOLINT: from a bool
       : fuse_attention(fuse_attention_), fused_kernels(fused_kernels_) {}
 };
 RecordOptions record_options(const devices::ChipSpec& chip);
+RecordOptions record_options(const devices::ChipSpec& chip, devices::ExecutionMode execution);
 
 // The id the active recording gave t's storage (devices::TensorUse::id); 0 when it has not
 // seen it. For notes taken during a recording (trainer/simulate/shard_probe.cpp).

@@ -13,6 +13,7 @@ namespace titan {
 namespace {
 
 std::atomic<bool> records_fused{false};
+std::atomic<bool> records_fused_ce{false};
 
 // A stand-in backward's gradients under kFusedKernelGradsScope, as its outputs.
 torch::autograd::variable_list grads_in_scope(const std::function<torch::autograd::variable_list()>& make) {
@@ -109,6 +110,8 @@ std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, con
 
 bool meta_records_fused_kernels() { return records_fused.load(std::memory_order_relaxed); }
 void set_meta_records_fused_kernels(bool on) { records_fused.store(on, std::memory_order_relaxed); }
+bool meta_records_fused_cross_entropy() { return records_fused_ce.load(std::memory_order_relaxed); }
+void set_meta_records_fused_cross_entropy(bool on) { records_fused_ce.store(on, std::memory_order_relaxed); }
 
 torch::Tensor meta_kernel(const char* scope, const std::vector<c10::IValue>& inputs,
                           const std::vector<torch::Tensor>& differentiable, const std::function<torch::Tensor()>& output) {

@@ -19,6 +19,10 @@ namespace titan {
 // recorder at a time).
 bool meta_records_fused_kernels();
 void set_meta_records_fused_kernels(bool on);
+// Whether it keeps the cross entropy as its fused kernel even where it keeps no other (a
+// compiler that covers the whole step fuses the loss into the logits' consumers).
+bool meta_records_fused_cross_entropy();
+void set_meta_records_fused_cross_entropy(bool on);
 
 // Inside the kernel's scope (`scope`, with `inputs` as its RecordFunction inputs): one autograd
 // node whose forward returns output() (an empty meta tensor in the kernel's output layout) and
