@@ -306,3 +306,21 @@ StepReport simulate_step(const Trace& trace, const Placement& placement, const C
 }
 
 }  // namespace titan::devices
+    if (c.kind == CollectiveKind::kHostCopy) return add_host_copy(c, deps);
+  // A copy between the chip and host memory (activation offload): bytes over the chip's host
+  // link on its own copy stream (c.stream: one per direction, as the link is full duplex),
+  // beside compute; the host itself (cpu) holds offloaded tensors where they are, for free.
+  int64_t add_host_copy(const CollectiveDesc& c, const std::vector<int64_t>& deps) {
+    const ChipSpec& chip = model_.chip();
+    TITAN_CONFIG_CHECK(chip.is_host() || chip.host_link_bytes_per_s > 0, "activation offload on ", chip.name,
+                       ": its chip file gives no [host] link_bytes_per_s (devices/chips/)");
+    TimelineTask t;
+    t.stream = comm_stream(c.stream);
+    t.deps = deps;
+    t.duration_s = chip.is_host() ? 0.0 : static_cast<double>(c.bytes) / chip.host_link_bytes_per_s;
+    t.category = std::string(collective_name(c.kind)) + " " + c.group;
+    t.basis = kBandwidthBoundComm;
+    ++collectives_;
+    return timeline_.add(std::move(t));
+  }
+

@@ -20,7 +20,7 @@ enum class Dtype { kFloat32, kBFloat16, kFloat16 };
 enum class ReshardPolicy { kDefault, kAlways, kNever };
 enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved1F1B, kInterleavedZeroBubble, kZBVZeroBubble };
 enum class AsyncMode { kDisabled, kAsync };
-enum class AcMode { kNone, kSelective, kFull };
+enum class AcMode { kNone, kSelective, kFull, kPolicy };
 enum class CommBackend { kMpi, kGloo };
 enum class Execution { kEager, kDeferAndFuse, kCompiled };
 
@@ -41,7 +41,7 @@ TITAN_ENUM_NAMES(Dtype, "float32", "bfloat16", "float16");
 TITAN_ENUM_NAMES(ReshardPolicy, "default", "always", "never");
 TITAN_ENUM_NAMES(PipelineSchedule, "GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble");
 TITAN_ENUM_NAMES(AsyncMode, "disabled", "async");
-TITAN_ENUM_NAMES(AcMode, "none", "selective", "full");
+TITAN_ENUM_NAMES(AcMode, "none", "selective", "full", "policy");
 TITAN_ENUM_NAMES(CommBackend, "mpi", "gloo");
 TITAN_ENUM_NAMES(CollectiveMode, "fused", "separate");
 TITAN_ENUM_NAMES(Execution, "eager", "defer_and_fuse", "compiled");

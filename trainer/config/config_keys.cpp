@@ -134,6 +134,15 @@ Registry make_registry(JobConfig& c) {
         "peak FLOP/s per rank for MFU (0: measured)");
 
   r.add("profiling", "enable_profiling", &c.profiling.enable_profiling,
+  r.add("activation_checkpoint", "policy", &c.activation_checkpoint.policy,
+        "mode = \"policy\": MaxText's remat_policy: minimal, save_dot_with_context_except_mlp, "
+        "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, minimal_offloaded, qkv_proj_offloaded, full "
+        "or custom (docs/memory.md)");
+  r.add("activation_checkpoint", "save_on_device", &c.activation_checkpoint.save_on_device,
+        "policy = \"custom\": tensors kept in device memory, a comma list of decoder_layer_input, query_proj, "
+        "key_proj, value_proj, qkv_proj, context, out_proj, mlpwi, mlpwi_0, mlpwi_1, mlpwo (the rest is recomputed)");
+  r.add("activation_checkpoint", "offload_to_host", &c.activation_checkpoint.offload_to_host,
+        "policy = \"custom\": tensors offloaded to host memory between forward and backward (same names)");
         "Chrome trace of every profile_freq-th step (simulated: of the simulated step)");
   r.add("profiling", "save_traces_folder", &c.profiling.save_traces_folder, "under dump_folder");
   r.add("profiling", "profile_freq", &c.profiling.profile_freq, 1, kInf, "steps between traced steps");

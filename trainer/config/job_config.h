@@ -110,6 +110,13 @@ struct ActivationCheckpointSection {
   // Layer-level selective: every how many blocks one is recomputed (selective_ac_option's N
   // if it is one, else selective_every); a selective_ac_option that is neither "op" nor a
   // positive integer is a config error naming the key and the value.
+  // mode = "policy": MaxText's remat_policy (common/remat_policy.h): minimal,
+  // save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj,
+  // minimal_offloaded, qkv_proj_offloaded, full or custom; custom saves the tensors named in
+  // save_on_device, offloads those in offload_to_host (comma lists) and recomputes the rest.
+  std::string policy = "full";
+  std::string save_on_device;
+  std::string offload_to_host;
   int64_t every() const;
 };
 

@@ -375,3 +375,8 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
 }
 
 }  // namespace titan
+  // A recording for a compiler that covers the whole step keeps the loss as one fusion: no
+  // fp32 copy or log-probabilities of the logits reach memory (trainer/simulate/trace_recorder.h).
+  if (logits.is_meta() && meta_records_fused_cross_entropy() && !(fused && fusable_on_meta(logits) && meta_records_fused_kernels()))
+    return meta_kernel(kFusedCrossEntropyScope, {logits, labels}, {logits, labels},
+                       [&] { return torch::empty({}, logits.options()); });

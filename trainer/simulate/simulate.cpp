@@ -74,7 +74,7 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
                      "); use data parallel, tensor parallel and pipeline parallel degrees");
   if (place) out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
   if (out.dims.pp > 1) {
-    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip)));
+    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip, execution_mode(cfg))));
     const RecordedPipeline& p = *out.pipeline;
     for (const auto& c : p.calls[0])
       if (c.type == SimCollectiveEvent::Type::kCall) out.calls.push_back(c);
@@ -102,7 +102,7 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
   out.global_batch = trainer.global_batch();
   out.microbatches = trainer.microbatches();
   {
-    TraceRecorder recorder(record_options(out.chip));
+    TraceRecorder recorder(record_options(out.chip, execution_mode(cfg)));
     trainer.train_step();
     out.trace = recorder.finish();
     out.memory = devices::trace_memory(out.trace);

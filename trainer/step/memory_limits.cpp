@@ -44,7 +44,8 @@ LayerKeep layer_keep(const JobConfig& cfg, const ParallelDims& dims, const Model
   k.recomputed = a.dim / seq_split;
   // Op-level selective AC keeps more than a recomputed layer; counted as one, it stays a bound.
   const AcMode ac = cfg.activation_checkpoint.mode;
-  if (ac == AcMode::kFull || cfg.activation_checkpoint.op_level()) k.every = 1;
+  // A remat policy keeps at least each block's input (on device or, on a host run, in host memory).
+  if (ac == AcMode::kFull || ac == AcMode::kPolicy || cfg.activation_checkpoint.op_level()) k.every = 1;
   else if (ac == AcMode::kSelective) k.every = std::max<int64_t>(1, cfg.activation_checkpoint.every());
   return k;
 }

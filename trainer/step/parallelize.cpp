@@ -154,6 +154,28 @@ FsdpOptions::Reshard fsdp_reshard_policy(const JobConfig& cfg, bool pipeline) {
 
 ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg, PipelineModel* pipeline) {
   ParallelizedModel out;
+namespace {
+
+// The linear products of the model's blocks (all alike), for a remat policy to name them: the
+// number of Linear children of a block's attention and MLP (they run q, k, v, out; inputs, output).
+BlockProducts block_products(const Transformer& model) {
+  BlockProducts p;
+  for (const auto& block : model->layers) {
+    if (!block) continue;
+    auto linears = [](const torch::nn::Module& m) {
+      int64_t n = 0;
+      for (const auto& c : m.children()) n += c->as<LinearImpl>() != nullptr ? 1 : 0;
+      return n;
+    };
+    p.attention_linears = linears(*block->attention);
+    p.mlp_linears = linears(*block->feed_forward);
+    break;
+  }
+  return p;
+}
+
+}  // namespace
+
   const bool fused = cfg.training.fused_kernels;
   out.loss = [fused](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
     return cross_entropy_sum(logits, labels, normalizer, fused);
@@ -167,7 +189,11 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
   const AcMode ac = cfg.activation_checkpoint.mode;
-  if (cfg.activation_checkpoint.op_level()) {
+  if (ac == AcMode::kPolicy) {
+    const auto& a = cfg.activation_checkpoint;
+    model->block_wrappers.push_back(
+        policy_activation_checkpoint_wrapper(remat_policy(a.policy, a.save_on_device, a.offload_to_host), block_products(model)));
+  } else if (cfg.activation_checkpoint.op_level()) {
     model->block_wrappers.push_back(op_activation_checkpoint_wrapper());
   } else if (ac != AcMode::kNone) {
     model->block_wrappers.push_back(
