@@ -102,6 +102,22 @@ add_test(NAME parallel_loss_parity_tensor_parallel_fused_kernels
                  ${_tp_layouts} single_composite_kernels:1:--training.fused_kernels=false
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_tensor_parallel_fused_kernels PROPERTIES TIMEOUT 600 PROCESSORS 4)
+# Non-gated MLPs (model.mlp_activation: w1 column-wise, w2 row-wise, no w3): gelu under TP 2
+# with sequence and loss parallel and under FSDP 2, relu under TP 2.
+add_test(NAME parallel_loss_parity_non_gated_mlp
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=258,--training.fused_kernels=false
+                 +--model.mlp_activation=gelu tp2_sp_gelu:2:${_tp2}
+                 fsdp2_gelu:2:--parallelism.data_parallel_shard_degree=2
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_non_gated_mlp PROPERTIES TIMEOUT 600 PROCESSORS 2)
+add_test(NAME parallel_loss_parity_relu_mlp
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} --
+                 +--model.vocab_size=258,--training.fused_kernels=false,--model.mlp_activation=relu
+                 tp2_sp_relu:2:${_tp2}
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_relu_mlp PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # A degree that does not divide the heads is a startup error, not a crash.
 add_test(NAME parallel_tensor_parallel_bad_degree
          COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30
@@ -147,8 +163,9 @@ set_tests_properties(parallel_loss_parity_pipeline_composed PROPERTIES TIMEOUT 9
 # Tied embeddings under PP (Megatron's way, docs/pipeline.md): the last stage's copy of the
 # embedding is the output projection and the two gradients are summed over the first and last
 # pipeline ranks. 1F1B on mpi, GPipe on gloo (separate), ZBV (rank 0 runs both ends: no sum),
-# with FSDP 2 (the sum over the gradient shards), with TP 2 (vocabulary-sharded copies) and
-# FSDP 2 under ZBV (the head unit gathered around both stages).
+# Interleaved1F1B, InterleavedZeroBubble (split backward: the tied head's weight gradient comes
+# with its input gradient), with FSDP 2 (the sum over the gradient shards), with TP 2
+# (vocabulary-sharded copies) and FSDP 2 under ZBV (the head unit gathered around both stages).
 set(_pp2t --parallelism.pipeline_parallel_degree=2)
 add_test(NAME parallel_loss_parity_pipeline_tied
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
@@ -157,6 +174,8 @@ add_test(NAME parallel_loss_parity_pipeline_tied
                  pp2_tied_1f1b:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=1F1B
                  pp2_tied_gpipe_gloo_separate:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=GPipe,--comm.backend=gloo,--comm.collective_mode=separate
                  pp2_tied_zbv:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+                 pp2_tied_interleaved_separate:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=Interleaved1F1B,--comm.collective_mode=separate
+                 pp2_tied_izb_gloo:2:${_pp2t},--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=InterleavedZeroBubble,--comm.backend=gloo
                  pp2_tied_fsdp2:4:${_pp2t},--parallelism.data_parallel_shard_degree=2
                  pp2_tied_fsdp2_gloo_separate:4:${_pp2t},--parallelism.data_parallel_shard_degree=2,--comm.backend=gloo,--comm.collective_mode=separate
                  pp2_tied_tp2:4:${_pp2t},--parallelism.tensor_parallel_degree=2,--parallelism.data_parallel_shard_degree=1,--training.local_batch_size=4
