@@ -58,7 +58,7 @@ void ModelShape::override_with(const ModelShape& over) {
 int64_t ModelArgs::layer_params() const {
   const int64_t q = n_heads * head_dim, kv = n_kv_heads * head_dim;
   const int64_t attn = dim * q + 2 * dim * kv + q * dim + (qk_norm ? 2 * head_dim : 0);
-  const int64_t mlp = 3 * dim * ffn_dim;  // w1, w3 (gate, up), w2 (down)
+  const int64_t mlp = mlp_matrices() * dim * ffn_dim;  // w1 (gate or up), w3 (up, gated only), w2 (down)
   return attn + mlp + 2 * dim;            // + attention_norm, ffn_norm
 }
 

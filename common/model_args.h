@@ -8,6 +8,13 @@
 
 namespace titan {
 
+// The MLP of each block. kSwiglu (Qwen3, Llama 3): gated, w2(silu(w1 x) * w3 x), three
+// matrices. kGelu / kRelu: the plain two-matrix MLP w2(act(w1 x)) with no w3, as in GPT-3 and
+// Megatron GPT (gelu) and MaxText's synthetic runs (relu); gelu is the tanh approximation
+// (GPT-2/3's, and jax.nn.gelu's default, which MaxText uses), not torch's exact erf.
+// The config's names ("swiglu", "gelu", "relu") are in trainer/config/config_enums.h.
+enum class MlpActivation { kSwiglu, kGelu, kRelu };
+
 // The sizes of a model that a config may set. In a config section 0 means "the flavor's";
 // the trainer's [model] section is a ModelShape plus its choices, so the field list is here
 // once.
@@ -35,6 +42,9 @@ struct ModelArgs : ModelShape {
   std::string flavor = "debugmodel";
   bool tie_embeddings = false;
   bool qk_norm = true;
+  MlpActivation mlp_activation = MlpActivation::kSwiglu;
+  bool gated_mlp() const { return mlp_activation == MlpActivation::kSwiglu; }
+  int64_t mlp_matrices() const { return gated_mlp() ? 3 : 2; }  // dim x ffn_dim weights per block
 
   // Parameter counts, exact for these shapes: one block, and the whole model (embedding,
   // blocks, final norm, and the output projection unless tied).

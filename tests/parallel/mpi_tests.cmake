@@ -102,6 +102,22 @@ add_test(NAME parallel_loss_parity_tensor_parallel_fused_kernels
                  ${_tp_layouts} single_composite_kernels:1:--training.fused_kernels=false
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_tensor_parallel_fused_kernels PROPERTIES TIMEOUT 600 PROCESSORS 4)
+# Non-gated MLPs (model.mlp_activation: w1 column-wise, w2 row-wise, no w3): gelu under TP 2
+# with sequence and loss parallel and under FSDP 2, relu under TP 2.
+add_test(NAME parallel_loss_parity_non_gated_mlp
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.vocab_size=258,--training.fused_kernels=false
+                 +--model.mlp_activation=gelu tp2_sp_gelu:2:${_tp2}
+                 fsdp2_gelu:2:--parallelism.data_parallel_shard_degree=2
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_non_gated_mlp PROPERTIES TIMEOUT 600 PROCESSORS 2)
+add_test(NAME parallel_loss_parity_relu_mlp
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} --
+                 +--model.vocab_size=258,--training.fused_kernels=false,--model.mlp_activation=relu
+                 tp2_sp_relu:2:${_tp2}
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_relu_mlp PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # A degree that does not divide the heads is a startup error, not a crash.
 add_test(NAME parallel_tensor_parallel_bad_degree
          COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30

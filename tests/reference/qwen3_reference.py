@@ -55,6 +55,20 @@ def rope_tables(seq, head_dim, theta):
     return emb.cos().float(), emb.sin().float()
 
 
+def mlp(x, p, pre, activation):
+    """SwiGLU w2(silu(w1 x) * w3 x), or the non-gated w2(act(w1 x)) (gelu: tanh approximation)."""
+    h1 = x @ p[pre + "feed_forward.w1.weight"].T
+    if activation == "swiglu":
+        a = F.silu(h1) * (x @ p[pre + "feed_forward.w3.weight"].T)
+    elif activation == "gelu":
+        a = F.gelu(h1, approximate="tanh")
+    elif activation == "relu":
+        a = F.relu(h1)
+    else:
+        raise SystemExit(f"unknown mlp_activation {activation!r}")
+    return a @ p[pre + "feed_forward.w2.weight"].T
+
+
 def forward(p, cfg, tokens):
     """tokens [B, S] -> logits [B, S, V]; p maps titan parameter names to tensors."""
     B, S = tokens.shape
@@ -82,9 +96,7 @@ def forward(p, cfg, tokens):
         attn = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
         h = h + attn.transpose(1, 2).reshape(B, S, -1) @ p[pre + "attention.wo.weight"].T
         x = rms_norm(h, p[pre + "ffn_norm.weight"], eps)
-        gate = F.silu(x @ p[pre + "feed_forward.w1.weight"].T)
-        up = x @ p[pre + "feed_forward.w3.weight"].T
-        h = h + (gate * up) @ p[pre + "feed_forward.w2.weight"].T
+        h = h + mlp(x, p, pre, cfg.get("mlp_activation", "swiglu"))
     h = rms_norm(h, p["norm.weight"], eps)
     out_w = p["output.weight"] if "output.weight" in p else p["tok_embeddings.weight"]
     return h @ out_w.T

@@ -355,6 +355,52 @@ TEST(Checkpoint, HuggingFaceExportImportRoundTripIsExact) {
   for (auto& [k, v] : titan_t) EXPECT_TRUE(torch::equal(back.at(k), v)) << k;
 }
 
+// A non-gated MLP (model.mlp_activation = gelu) exports w1 / w2 as up_proj / down_proj with no
+// gate_proj, imports back exactly under the same activation, and neither kind of MLP takes the
+// other's export or titan checkpoint.
+TEST(Checkpoint, NonGatedMlpExportsUpAndDownProjections) {
+  const std::string dir = tmp_dir("hf_gelu");
+  const std::vector<std::string> gelu = {"--model.mlp_activation", "gelu"};
+  Trainer t(tiny(dir, gelu));
+  t.train_step();
+  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
+  auto hf = load_safetensors(dir + "/model.safetensors");
+  EXPECT_TRUE(hf.count("model.layers.0.mlp.up_proj.weight"));
+  EXPECT_TRUE(hf.count("model.layers.0.mlp.down_proj.weight"));
+  EXPECT_FALSE(hf.count("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_EQ(hf.size(), t.optimizer().params().size());
+  EXPECT_TRUE(torch::equal(hf.at("model.layers.1.mlp.up_proj.weight"),
+                           t.model()->layers[1]->feed_forward->w1->weight.detach()));
+  nlohmann::json config;
+  std::ifstream(dir + "/config.json") >> config;
+  EXPECT_EQ(config["hidden_act"], "gelu_pytorch_tanh");
+  EXPECT_EQ(config["mlp_gated"], false);
+
+  std::vector<std::string> load = gelu;
+  load.insert(load.end(), {"--checkpoint.initial_load_path", dir});
+  Trainer u(tiny(tmp_dir("hf_gelu_load"), load));
+  Checkpointer(u).load_at_start();
+  for (size_t i = 0; i < t.optimizer().params().size(); ++i)
+    EXPECT_TRUE(torch::equal(t.optimizer().params()[i].param, u.optimizer().params()[i].param));
+
+  Trainer s(tiny(tmp_dir("hf_gelu_into_swiglu"), {"--checkpoint.initial_load_path", dir}));
+  EXPECT_NE(error_of([&] { Checkpointer(s).load_at_start(); }, ErrorKind::kConfig)
+                .find("mlp.gate_proj.weight is missing (a non-gated MLP's checkpoint? model.mlp_activation is swiglu)"),
+            std::string::npos);
+  // A SwiGLU export's up_proj has w1's shape: its gate_proj is what refuses it.
+  TensorMap swiglu_t;
+  for (auto& p : s.model()->named_parameters()) swiglu_t[p.key()] = p.value().detach();
+  EXPECT_NE(error_of([&] { from_hf(to_hf(swiglu_t, torch::kFloat32), t.model_args()); }, ErrorKind::kConfig)
+                .find("is the gate of a gated (SwiGLU) MLP, but model.mlp_activation = gelu is non-gated"),
+            std::string::npos);
+
+  Checkpointer(t).save(1, false);
+  Trainer w(tiny(dir));
+  EXPECT_NE(error_of([&] { Checkpointer(w).load_at_start(); }, ErrorKind::kConfig)
+                .find("another model: mlp_activation: saved \"gelu\", this job \"swiglu\""),
+            std::string::npos);
+}
+
 TEST(Checkpoint, PyTorchReferenceComputesTheSameLossOnExportedWeights) {
   const std::string dir = tmp_dir("hf_ref");
   Trainer t(tiny(dir));

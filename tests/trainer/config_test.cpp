@@ -100,6 +100,11 @@ TEST(Config, ChoicesLoadAsEnums) {
   EXPECT_EQ(cfg.training.mixed_precision_param, Dtype::kBFloat16);
   apply_override(cfg, "parallelism.fsdp_reshard_after_forward", "never");
   EXPECT_EQ(cfg.parallelism.fsdp_reshard_after_forward, ReshardPolicy::kNever);
+  EXPECT_EQ(cfg.model.mlp_activation, MlpActivation::kSwiglu);  // the default
+  apply_override(cfg, "model.mlp_activation", "gelu");
+  EXPECT_EQ(cfg.model.mlp_activation, MlpActivation::kGelu);
+  apply_toml(cfg, "[model]\nmlp_activation = \"relu\"\n", "t.toml");
+  EXPECT_EQ(cfg.model.mlp_activation, MlpActivation::kRelu);
 }
 
 TEST(Config, DatasetKeyDecidesWhatIsRead) {
@@ -132,6 +137,8 @@ TEST(Config, BadInputsNameWhatIsWrong) {
       {"[training]\nlocal_batch_size = 3\nglobal_batch_size = 8\n", {}, "training.global_batch_size (8) must be a multiple of training.local_batch_size (3)"},
       {"[lr_scheduler]\ndecay_type = \"exp\"\n", {}, "expected one of linear, sqrt, cosine"},
       {"[activation_checkpoint]\nmode = \"some\"\n", {}, "expected one of none, selective, full"},
+      {"", {"model.mlp_activation", "silu"},
+       "command line --model.mlp_activation: invalid value \"silu\" for 'model.mlp_activation': expected one of swiglu, gelu, relu"},
       {"[parallelism]\ndata_parallel_shard_degree = 0\n", {}, "data_parallel_shard_degree must be -1 or >= 1, got 0"},
       {"[optimizer]\nbeta1 = 1.5\n", {}, "invalid value 1.5 for 'optimizer.beta1': expected a number in [0, 0.999999]"},
       // A table where a key takes a value: its type, not "unknown key '...exclude_from_loading.a'".

@@ -1,5 +1,5 @@
 // Model pieces against naive references: RMSNorm, rotary embedding, grouped-query attention,
-// SwiGLU MLP; flavors and the FLOPs convention; building on the meta device.
+// SwiGLU and non-gated (gelu, relu) MLPs; flavors and the FLOPs convention; building on the meta device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,15 +105,58 @@ TEST(Model, GroupedQueryAttentionMatchesNaiveLoops) {
   EXPECT_LT(max_rel_diff(y, ref), 1e-5);
 }
 
+ModelArgs mlp_args(MlpActivation act) {
+  ModelArgs a;
+  a.dim = 8, a.ffn_dim = 12, a.mlp_activation = act;
+  return a;
+}
+
 TEST(Model, SwiGluMlpMatchesFormula) {
   torch::manual_seed(3);
-  FeedForward ff(8, 12, torch::TensorOptions());
+  FeedForward ff(mlp_args(MlpActivation::kSwiglu), torch::TensorOptions());
   torch::NoGradGuard g;
   for (auto& p : ff->parameters()) p.normal_(0, 0.5);
   auto x = torch::randn({4, 8});
   auto h1 = x.matmul(ff->w1->weight.t()), h3 = x.matmul(ff->w3->weight.t());
   auto ref = (h1 / (1 + torch::exp(-h1)) * h3).matmul(ff->w2->weight.t());
   EXPECT_LT(max_rel_diff(ff(x), ref), 1e-6);
+}
+
+// Non-gated: w2(act(w1 x)), no w3; gelu is the tanh approximation, written out here.
+TEST(Model, NonGatedMlpsMatchFormula) {
+  torch::manual_seed(4);
+  for (MlpActivation act : {MlpActivation::kGelu, MlpActivation::kRelu}) {
+    FeedForward ff(mlp_args(act), torch::TensorOptions());
+    EXPECT_FALSE(ff->w3);
+    EXPECT_EQ(ff->parameters().size(), 2u);
+    torch::NoGradGuard g;
+    for (auto& p : ff->parameters()) p.normal_(0, 0.5);
+    auto x = torch::randn({4, 8});
+    auto h = x.matmul(ff->w1->weight.t());
+    auto a = act == MlpActivation::kRelu
+                 ? torch::clamp_min(h, 0)
+                 : 0.5 * h * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (h + 0.044715 * h.pow(3))));
+    auto ref = a.matmul(ff->w2->weight.t());
+    EXPECT_LT(max_rel_diff(ff(x), ref), 1e-6) << static_cast<int>(act);
+  }
+}
+
+// layer_params / num_params count the model's real parameters for every MLP: a non-gated
+// block has 2 dim x ffn matrices where SwiGLU has 3, and FLOPs per token follow.
+TEST(Model, ParameterCountsFollowTheMlp) {
+  for (MlpActivation act : {MlpActivation::kSwiglu, MlpActivation::kGelu, MlpActivation::kRelu}) {
+    ModelArgs a = tiny_args();
+    a.mlp_activation = act;
+    Transformer m(a, 8, torch::TensorOptions().device(torch::kMeta));
+    int64_t n = 0;
+    for (auto& p : m->parameters()) n += p.numel();
+    EXPECT_EQ(n, a.num_params()) << static_cast<int>(act);
+  }
+  ModelArgs s = model_flavor("qwen3", "8B"), g = s;
+  g.mlp_activation = MlpActivation::kGelu, g.ffn_dim = 16384;
+  s.ffn_dim = 16384;
+  EXPECT_EQ(s.layer_params() - g.layer_params(), 4096LL * 16384);
+  EXPECT_DOUBLE_EQ(flops_per_token(s, 8192) - flops_per_token(g, 8192), 6.0 * 36 * 4096 * 16384);
 }
 
 TEST(Model, PublishedParameterCounts) {
@@ -166,6 +209,20 @@ TEST(Model, BuildsAndRunsOnMetaDevice) {
   auto logits = model->forward(tokens);
   EXPECT_TRUE(logits.is_meta());
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{1, 64, 151936}));
+}
+
+TEST(Model, NonGatedMlpRunsOnMetaDevice) {
+  for (MlpActivation act : {MlpActivation::kGelu, MlpActivation::kRelu}) {
+    ModelArgs a = model_flavor("qwen3", "8B");
+    a.n_layers = 2, a.mlp_activation = act;
+    auto meta = torch::TensorOptions().device(torch::kMeta);
+    Transformer model(a, 64, meta.dtype(torch::kBFloat16));
+    auto tokens = torch::zeros({1, 64}, meta.dtype(torch::kInt64));
+    auto loss = cross_entropy_sum(model->forward(tokens), torch::zeros({1, 64}, meta.dtype(torch::kInt64)), 64.0);
+    loss.backward();
+    EXPECT_TRUE(model->layers[0]->feed_forward->w1->weight.grad().is_meta());
+    EXPECT_EQ(model->layers[0]->feed_forward->w2->weight.grad().sizes(), (std::vector<int64_t>{4096, 12288}));
+  }
 }
 
 TEST(Model, InitIsDeterministicPerName) {

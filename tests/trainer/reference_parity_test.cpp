@@ -2,13 +2,15 @@
 // /usr/bin/python3): same weights and batch through a safetensors file, then logits, loss,
 // clipped gradients and parameters after one AdamW step must agree within 1e-5 relative.
 // Both kernel paths: the composite ATen ops end to end; the fused kernels with the reference
-// AdamW stepping from the C++ gradients (why: qwen3_reference.py check()).
+// AdamW stepping from the C++ gradients (why: qwen3_reference.py check()). SwiGLU and the
+// non-gated gelu / relu MLPs.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "trainer/config/config_enums.h"
 #include "trainer/model/model.h"
 #include "trainer/components/optimizer.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -32,7 +34,8 @@ void run_parity(ModelArgs a, const std::string& tag, bool fused = false) {
   opt_cfg.lr = 1e-3;
   const double max_norm = 0.5;  // small enough that clipping is active
   nlohmann::json cfg = {{"n_layers", a.n_layers}, {"head_dim", a.head_dim}, {"norm_eps", a.norm_eps},
-                        {"rope_theta", a.rope_theta}, {"qk_norm", a.qk_norm}, {"lr", opt_cfg.lr},
+                        {"rope_theta", a.rope_theta}, {"qk_norm", a.qk_norm},
+                        {"mlp_activation", to_string(a.mlp_activation)}, {"lr", opt_cfg.lr},
                         {"beta1", opt_cfg.beta1}, {"beta2", opt_cfg.beta2}, {"eps", opt_cfg.eps},
                         {"weight_decay", opt_cfg.weight_decay}, {"max_norm", max_norm}};
   TensorMap in{{"inputs", inputs}, {"labels", labels}};
@@ -97,6 +100,23 @@ TEST(ReferenceParity, Qwen3TiedEmbeddingsFusedKernels) {
 }
 
 TEST(ReferenceParity, Llama3NoQkNormFusedKernels) { run_parity(small("llama3"), "llama3_fused", true); }
+
+// Non-gated MLPs (model.mlp_activation): w2(gelu_tanh(w1 x)) and w2(relu(w1 x)), no w3; the
+// fused run keeps its fused linear, norm, RoPE, attention and loss kernels around the plain
+// activation.
+ModelArgs non_gated(MlpActivation act) {
+  ModelArgs a = small("qwen3");
+  a.mlp_activation = act;
+  return a;
+}
+
+TEST(ReferenceParity, Qwen3GeluMlp) { run_parity(non_gated(MlpActivation::kGelu), "qwen3_gelu"); }
+
+TEST(ReferenceParity, Qwen3GeluMlpFusedKernels) {
+  run_parity(non_gated(MlpActivation::kGelu), "qwen3_gelu_fused", true);
+}
+
+TEST(ReferenceParity, Qwen3ReluMlp) { run_parity(non_gated(MlpActivation::kRelu), "qwen3_relu"); }
 
 }  // namespace
 }  // namespace titan

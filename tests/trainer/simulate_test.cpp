@@ -53,6 +53,43 @@ TEST(Simulate, TraceHoldsLeafMatmulsAttentionAndFsdpCollectives) {
   EXPECT_EQ(reduce_scatters, 6);
 }
 
+// A non-gated MLP (model.mlp_activation = gelu): 6 projections per layer where SwiGLU has 7,
+// no SwiGLU kernel, gelu and its backward recorded inside the blocks as element-wise ops
+// (memory bound: the ffn-wide activation's bytes, no FLOPs), and MFU's FLOPs per token
+// counting two MLP matrices. relu alike.
+TEST(Simulate, NonGatedMlpRecordsTwoProjectionsAndAnElementwiseActivation) {
+  JobConfig cfg = sim_config({"--activation_checkpoint.mode", "none", "--model.mlp_activation", "gelu"});
+  RecordedStep rec = record_step(cfg);
+  EXPECT_EQ(rec.op_counts["aten::mm"], 3 * (6 * 4 + 1));
+  // No gate (on a TPU the recording keeps no CPU kernel: SwiGLU is silu and mul there).
+  EXPECT_EQ(rec.op_counts.count("aten::silu"), 0u);
+  EXPECT_EQ(record_step(sim_config({"--activation_checkpoint.mode", "none"})).op_counts["aten::silu"], 4);
+  EXPECT_EQ(rec.op_counts["aten::gelu"], 4);
+  EXPECT_EQ(rec.op_counts["aten::gelu_backward"], 4);
+  // bf16 activations [local batch 2 x seq 1024, ffn 1536].
+  const int64_t act_bytes = 2 * 1024 * 1536 * 2;
+  int64_t seen = 0;
+  for (const auto& e : rec.trace.events()) {
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name != "aten::gelu") continue;
+    ++seen;
+    EXPECT_EQ(e.op.kind, devices::OpKind::kElementwise);
+    EXPECT_FALSE(e.op.outside_blocks);
+    EXPECT_EQ(e.op.bytes_read, act_bytes);
+    EXPECT_EQ(e.op.bytes_written, act_bytes);
+  }
+  EXPECT_EQ(seen, 4);
+  // relu: clamp_min forward, threshold_backward on its output (model.cpp's ReluFn).
+  RecordedStep relu = record_step(sim_config({"--activation_checkpoint.mode", "none", "--model.mlp_activation", "relu"}));
+  EXPECT_EQ(relu.op_counts["aten::mm"], 3 * (6 * 4 + 1));
+  EXPECT_GE(relu.op_counts["aten::clamp_min"], 4);
+  EXPECT_EQ(relu.op_counts["aten::threshold_backward"], 4);
+  JobConfig swiglu = sim_config();
+  SimulationResult g = simulate(sim_config({"--model.mlp_activation", "gelu"}), false), s = simulate(swiglu, false);
+  EXPECT_DOUBLE_EQ(s.flops_per_token - g.flops_per_token, 6.0 * 4 * 512 * 1536);
+  std::printf("  gelu MLP: step %.4g s, MFU %.2f%%; swiglu: step %.4g s, MFU %.2f%%\n", g.report.step_time_s,
+              g.mfu_percent, s.report.step_time_s, s.mfu_percent);
+}
+
 TEST(Simulate, GradientAccumulationReducesOnceWhenDeferred) {
   auto reduce_scatters = [](const RecordedStep& rec) {
     int n = 0;

@@ -42,6 +42,7 @@ std::string model_args_json(const ModelArgs& a) {
                       {"vocab_size", a.vocab_size},
                       {"tie_embeddings", a.tie_embeddings},
                       {"qk_norm", a.qk_norm},
+                      {"mlp_activation", to_string(a.mlp_activation)},
                       {"rope_theta", a.rope_theta},
                       {"norm_eps", a.norm_eps}};
   return j.dump();

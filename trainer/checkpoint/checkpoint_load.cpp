@@ -50,6 +50,15 @@ std::string model_difference(const std::string& saved, const std::string& mine, 
   return out.empty() ? "saved " + saved + ", this job " + mine : out;
 }
 
+// Checkpoints written before model.mlp_activation existed hold SwiGLU models and lack the key:
+// the saved metadata with it added, so that they load into a SwiGLU model as before.
+std::string with_mlp_activation(const std::string& saved) {
+  nlohmann::json j = nlohmann::json::parse(saved, nullptr, false);
+  if (!j.is_object() || j.contains("mlp_activation")) return saved;
+  j["mlp_activation"] = to_string(MlpActivation::kSwiglu);
+  return j.dump();
+}
+
 }  // namespace
 
 // A checkpoint read into staging tensors, not yet applied.
@@ -65,9 +74,9 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir
   const CompleteMarker marker = read_complete_marker(dir);
   CheckpointReader reader(dir, marker.rank_files, marker.rank_file_bytes);
   const CheckpointMeta& m = reader.meta();
-  const std::string mine = model_args_json(trainer_.model_args());
-  TITAN_CONFIG_CHECK(m.model_args_json == mine, dir, " is a checkpoint of another model: ",
-                     model_difference(m.model_args_json, mine, trainer_.config().model));
+  const std::string mine = model_args_json(trainer_.model_args()), saved = with_mlp_activation(m.model_args_json);
+  TITAN_CONFIG_CHECK(saved == mine, dir, " is a checkpoint of another model: ",
+                     model_difference(saved, mine, trainer_.config().model));
   model_only = model_only || m.model_only;
   std::set<std::string> skip(trainer_.config().checkpoint.exclude_from_loading.begin(),
                              trainer_.config().checkpoint.exclude_from_loading.end());

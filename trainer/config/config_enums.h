@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/collective_mode.h"
+#include "common/model_args.h"
 
 namespace titan {
 
@@ -33,6 +34,7 @@ struct EnumNames;
     static constexpr std::array value = {__VA_ARGS__};                   \
   }
 TITAN_ENUM_NAMES(ModelFamily, "qwen3", "llama3");
+TITAN_ENUM_NAMES(MlpActivation, "swiglu", "gelu", "relu");  // common/model_args.h
 TITAN_ENUM_NAMES(FlavorBool, "flavor", "true", "false");
 TITAN_ENUM_NAMES(OptimizerName, "AdamW");
 TITAN_ENUM_NAMES(DecayType, "linear", "sqrt", "cosine");

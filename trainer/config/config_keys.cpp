@@ -31,6 +31,9 @@ Registry make_registry(JobConfig& c) {
   r.add("model", "rope_theta", &c.model.rope_theta, 0, kInf, "RoPE base (0: flavor's)");
   r.add("model", "norm_eps", &c.model.norm_eps, 0, 1, "RMSNorm epsilon (0: flavor's)");
   r.add("model", "qk_norm", &c.model.qk_norm, "RMSNorm on q and k per head");
+  r.add("model", "mlp_activation", &c.model.mlp_activation,
+        "MLP: swiglu, gated w2(silu(w1 x) * w3 x) (every flavor's); gelu (tanh approximation) or relu, "
+        "non-gated w2(act(w1 x)) with no w3, as GPT-3 / Megatron GPT (gelu) and MaxText's synthetic runs (relu)");
 
   r.add("optimizer", "name", &c.optimizer.name, "optimizer");
   r.add("optimizer", "lr", &c.optimizer.lr, 0, kInf, "peak learning rate");

@@ -28,6 +28,7 @@ struct ModelSection : ModelShape {
   int64_t vocab_size_divisible_by = 1;
   FlavorBool tie_embeddings = FlavorBool::kFlavor;
   FlavorBool qk_norm = FlavorBool::kFlavor;
+  MlpActivation mlp_activation = MlpActivation::kSwiglu;  // every flavor's
 };
 
 struct OptimizerSection {

@@ -12,6 +12,7 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab, int
   }
   if (m.tie_embeddings != FlavorBool::kFlavor) a.tie_embeddings = m.tie_embeddings == FlavorBool::kTrue;
   if (m.qk_norm != FlavorBool::kFlavor) a.qk_norm = m.qk_norm == FlavorBool::kTrue;
+  a.mlp_activation = m.mlp_activation;
   TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,
                      ") must be a multiple of model.n_kv_heads (", a.n_kv_heads, ")");
   TITAN_CONFIG_CHECK(a.head_dim % 2 == 0, "model.head_dim (", a.head_dim,

@@ -104,6 +104,23 @@ std::vector<torch::Tensor> shared_input_linears(const std::vector<Linear*>& laye
   return out;
 }
 
+// relu as clamp_min(x, 0) with relu's backward (threshold_backward on the saved output):
+// libtorch 1.13 has no meta kernel for aten::relu, and clamp_min's own backward reads its
+// input through `where`, which has none either. The same node runs on real tensors, so a
+// simulated step records what a real one runs and keeps (one ffn-wide output, which w2 keeps
+// as its input too).
+struct ReluFn : public torch::autograd::Function<ReluFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    auto y = torch::clamp_min(x, 0);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    return {torch::threshold_backward(grads[0], ctx->get_saved_variables()[0], 0)};
+  }
+};
+
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
@@ -239,13 +256,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   return wo(out);
 }
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::TensorOptions& opts) {
-  w1 = register_module("w1", Linear(dim, ffn_dim, opts));
-  w2 = register_module("w2", Linear(ffn_dim, dim, opts));
-  w3 = register_module("w3", Linear(dim, ffn_dim, opts));
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& a, const torch::TensorOptions& opts)
+    : activation(a.mlp_activation) {
+  w1 = register_module("w1", Linear(a.dim, a.ffn_dim, opts));
+  w2 = register_module("w2", Linear(a.ffn_dim, a.dim, opts));
+  if (a.gated_mlp()) w3 = register_module("w3", Linear(a.dim, a.ffn_dim, opts));
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  // Non-gated: plain ATen ops (no fused CPU kernel; they run on the meta device too, where the
+  // simulator records them as element-wise ops that a compiled step fuses).
+  if (activation == MlpActivation::kGelu) return w2(torch::gelu(w1(x), "tanh"));
+  if (activation == MlpActivation::kRelu) return w2(ReluFn::apply(w1(x)));
   auto gate_up = shared_input_linears({&w1, &w3}, x);
   auto &gate = gate_up[0], &up = gate_up[1];
   if (fused && fusable(gate) && up.scalar_type() == gate.scalar_type()) return w2(fused_swiglu(gate, up));
@@ -256,7 +278,7 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
   attention = register_module("attention", Attention(a, opts));
-  feed_forward = register_module("feed_forward", FeedForward(a.dim, a.ffn_dim, opts));
+  feed_forward = register_module("feed_forward", FeedForward(a, opts));
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps, opts));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps, opts));
 }
@@ -320,7 +342,7 @@ void TransformerImpl::set_fused_kernels(const FusedKernels& k) {
     block->attention->kernels = k;
     for (auto* l : {&block->attention->wq, &block->attention->wk, &block->attention->wv, &block->attention->wo,
                     &block->feed_forward->w1, &block->feed_forward->w2, &block->feed_forward->w3}) {
-      (*l)->fused = k.linear;
+      if (*l) (*l)->fused = k.linear;
     }
     for (auto* n : {&block->attention_norm, &block->ffn_norm, &block->attention->q_norm, &block->attention->k_norm}) {
       if (*n) (*n)->fused = k.rms_norm;

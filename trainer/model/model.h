@@ -64,13 +64,15 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU MLP: w2(silu(w1 x) * w3 x).
+// The MLP (ModelArgs::mlp_activation): SwiGLU w2(silu(w1 x) * w3 x), or non-gated
+// w2(act(w1 x)) with gelu (tanh approximation) or relu, where w3 is null.
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t ffn_dim, const torch::TensorOptions& opts);
+  FeedForwardImpl(const ModelArgs& args, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
-  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-  bool fused = true;  // the gate by trainer/model/kernels/swiglu_kernel.h
+  MlpActivation activation;
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};  // w3 only for SwiGLU
+  bool fused = true;  // SwiGLU's gate by trainer/model/kernels/swiglu_kernel.h
 };
 TORCH_MODULE(FeedForward);
 

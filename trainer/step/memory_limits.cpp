@@ -21,8 +21,9 @@ double bytes_of(Dtype d) { return static_cast<double>(c10::elementSize(scalar_ty
 
 // What a rank holds of its layers for one micro-batch and token, in elements. A layer run
 // without recompute keeps at least its input, the normed input, q/k/v and the attention
-// output, and the MLP's gate, up and product (three ffn-wide tensors); a recomputed one keeps
-// its input alone. Heads and ffn split over TP; the dim-wide tensors only under SP.
+// output, and the MLP's ffn-wide tensors (SwiGLU: gate, up and product; gelu: its input and
+// output; relu: its output, which w2 reads too); a recomputed one keeps its input alone. Heads
+// and ffn split over TP; the dim-wide tensors only under SP.
 struct LayerKeep {
   double full = 0, recomputed = 0;
   int64_t every = 0;  // layer l is recomputed when (l + 1) % every == 0; 0: none
@@ -40,7 +41,8 @@ LayerKeep layer_keep(const JobConfig& cfg, const ParallelDims& dims, const Model
   const double q = static_cast<double>(a.n_heads * a.head_dim);
   const double kv = static_cast<double>(a.n_kv_heads * a.head_dim);
   LayerKeep k;
-  k.full = 2.0 * a.dim / seq_split + (2.0 * q + 2.0 * kv + 3.0 * a.ffn_dim) / tp;
+  const double mlp_kept = a.gated_mlp() ? 3.0 : a.mlp_activation == MlpActivation::kGelu ? 2.0 : 1.0;
+  k.full = 2.0 * a.dim / seq_split + (2.0 * q + 2.0 * kv + mlp_kept * a.ffn_dim) / tp;
   k.recomputed = a.dim / seq_split;
   // Op-level selective AC keeps more than a recomputed layer; counted as one, it stays a bound.
   const AcMode ac = cfg.activation_checkpoint.mode;

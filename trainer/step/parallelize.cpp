@@ -113,7 +113,9 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
       out.tp_partial_grads.push_back(attn->k_norm->weight);
     }
     auto& ff = block->feed_forward;
-    col(ff->w1), col(ff->w3), row(ff->w2);
+    col(ff->w1);
+    if (ff->w3) col(ff->w3);  // SwiGLU's up projection; a non-gated MLP has none
+    row(ff->w2);
     before_columns(block->attention_norm);
     before_columns(block->ffn_norm);
   }

@@ -164,7 +164,8 @@ void PipelineModel::apply(Transformer& model, ParallelizedModel& plan) {
     if (!holds_layer(i)) continue;
     auto& attn = model->layers[i]->attention;
     auto& ff = model->layers[i]->feed_forward;
-    for (Linear* l : {&attn->wq, &attn->wk, &attn->wv, &attn->wo, &ff->w1, &ff->w2, &ff->w3}) defer(*l);
+    for (Linear* l : {&attn->wq, &attn->wk, &attn->wv, &attn->wo, &ff->w1, &ff->w2, &ff->w3})
+      if (*l) defer(*l);  // w3: SwiGLU only
   }
   if (model->output && holds("output.weight")) defer(model->output);
 }
