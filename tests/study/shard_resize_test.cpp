@@ -56,6 +56,13 @@ TEST(ShardResize, ResizedRecordingsAreTheRecordingsAtThatDegree) {
         "--training.local_batch_size", "2", "--parallelism.pipeline_parallel_microbatch_size", "1"},
        2,
        {2, 16}},
+      // Tied embeddings: the ends' all-reduce of the table's gradient shard follows the degree.
+      {"pp 2 1F1B tied, fused",
+       {"--parallelism.pipeline_parallel_degree", "2", "--activation_checkpoint.mode", "none",
+        "--training.local_batch_size", "2", "--parallelism.pipeline_parallel_microbatch_size", "1",
+        "--model.tie_embeddings", "true"},
+       2,
+       {2, 16}},
   };
   // The first step a thread records carries libtorch's first-use work (recording_cache.h).
   (void)record_step(tiny_config());
