@@ -118,6 +118,16 @@ add_test(NAME parallel_loss_parity_relu_mlp
                  tp2_sp_relu:2:${_tp2}
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_relu_mlp PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# gelu under op-level selective AC (one product fewer per block for its every-other-product
+# policy) and a zero-bubble pipeline (deferred weight gradients for w1 and w2 only); the single
+# process runs the pipeline's micro-batch of 1 (^, as the pipeline tests below).
+add_test(NAME parallel_loss_parity_non_gated_mlp_ac_pp
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- +--model.mlp_activation=gelu ^--training.local_batch_size=1
+                 single_ac_op_gelu:1:--activation_checkpoint.mode=selective,--activation_checkpoint.selective_ac_option=op
+                 pp2_zbv_gelu:2:--parallelism.pipeline_parallel_degree=2,--training.local_batch_size=4,--parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_non_gated_mlp_ac_pp PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # A degree that does not divide the heads is a startup error, not a crash.
 add_test(NAME parallel_tensor_parallel_bad_degree
          COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30
