@@ -174,6 +174,8 @@ Registry make_registry(JobConfig& c) {
   r.add("simulation", "allow_oom", &c.simulation.allow_oom, "report a layout that does not fit");
   r.add("simulation", "microbatch_extrapolation", &c.simulation.microbatch_extrapolation,
         "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
+  r.add("simulation", "pipeline_rank_reuse", &c.simulation.pipeline_rank_reuse,
+        "under PP, record one rank per kind of stage (layers, first / last, neighbours) and build the others from its segments");
   return r;
 }
 

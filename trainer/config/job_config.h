@@ -145,6 +145,9 @@ struct SimulationSection {
   bool allow_oom = false;      // report a layout that does not fit instead of refusing it
   // Under PP, record fewer micro-batches and replay all of them (trainer/simulate/simulate_pipeline.h).
   bool microbatch_extrapolation = true;
+  // Under PP, ranks whose stages record the same segments are recorded once
+  // (trainer/simulate/pipeline_rank_reuse.h).
+  bool pipeline_rank_reuse = true;
 };
 
 // TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a

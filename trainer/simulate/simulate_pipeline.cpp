@@ -11,7 +11,9 @@
 #include "common/error.h"
 #include "parallel/fsdp_observer.h"
 #include "trainer/simulate/exposed_comm.h"
+#include "trainer/simulate/pipeline_rank_reuse.h"
 #include "trainer/simulate/trace_recorder.h"
+#include "trainer/step/parallelize.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -98,13 +100,39 @@ int recorded_microbatch_count(const PipeSchedule& full) {
   const auto again = build(m);
   if (!again || again->ranks != full.ranks) return m;  // loaded from a file: replayed as recorded
   const auto states = memory_states(full);
+  // A schedule of k micro-batches holds at most k activations of a stage at once: no count
+  // below the full schedule's most held reaches its states, so the search starts there (a
+  // deep pipeline's 1F1B holds as many as it has ranks; building and checking each shorter
+  // schedule was a tenth of a PP 64 simulation).
+  int most_held = 0;
+  for (const auto& rank_states : states)
+    for (const std::vector<int>& st : rank_states)
+      for (size_t i = 1; i < st.size(); i += 4) most_held = std::max(most_held, st[i]);
   // Every schedule's warm-up holds at most two rounds of its stages; a count that has not
   // visited the full one's states by then never will (GPipe, whose peak is every micro-batch).
-  for (int k = 3; k < m && k <= 2 * full.num_stages + 4; ++k) {
+  for (int k = std::max(3, most_held); k < m && k <= 2 * full.num_stages + 4; ++k) {
     const auto s = build(k);
     if (s && memory_states(*s) == states) return k;
   }
   return m;
+}
+
+SegmentIndex index_segments(const std::vector<PipelineSegment>& segs) {
+  SegmentIndex out;
+  out.plain_before.resize(segs.size());
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (!segs[i].is_action) {
+      pending.push_back(i);
+      continue;
+    }
+    const PipeAction& a = segs[i].action;
+    out.action_at[{segs[i].run, static_cast<int>(a.op), a.stage, a.microbatch}] = i;
+    out.plain_before[i] = std::move(pending);
+    pending.clear();
+  }
+  out.plain_after = std::move(pending);
+  return out;
 }
 
 namespace {
@@ -118,39 +146,34 @@ std::vector<std::vector<ReplayedSegment>> extrapolated_program(const RecordedPip
   std::vector<std::vector<ReplayedSegment>> program(rec.ranks.size());
   for (size_t q = 0; q < rec.ranks.size(); ++q) {
     const auto& segs = rec.ranks[q];
-    std::map<std::tuple<int, int, int, int>, size_t> action_at;  // (run, op, stage, mb) -> segment
-    std::map<size_t, std::vector<size_t>> plain_before;          // action segment -> plain ones before it
-    std::map<int, std::vector<size_t>> plain_after;              // run -> plain segments after its last action
-    std::vector<size_t> pending;
-    for (size_t i = 0; i < segs.size(); ++i) {
-      if (!segs[i].is_action) {
-        pending.push_back(i);
-        continue;
-      }
-      const PipeAction& a = segs[i].action;
-      action_at[{segs[i].run, static_cast<int>(a.op), a.stage, a.microbatch}] = i;
-      plain_before[i] = std::move(pending);
-      pending.clear();
-    }
-    plain_after[static_cast<int>(rec.runs) - 1] = pending;
+    const SegmentIndex index = index_segments(segs);
     auto& out = program[q];
     for (int run = 0; run < rec.runs; ++run) {
       for (const PipeAction& a : full.ranks[q]) {
         const int mb = a.microbatch < 0 ? a.microbatch : stand_in(a.microbatch);
-        const auto at = action_at.find({run, static_cast<int>(a.op), a.stage, mb});
-        TITAN_CHECK(at != action_at.end(), "pipeline simulation: rank ", q, " recorded no ",
+        const auto at = index.action_at.find({run, static_cast<int>(a.op), a.stage, mb});
+        TITAN_CHECK(at != index.action_at.end(), "pipeline simulation: rank ", q, " recorded no ",
                     PipeAction{a.op, a.stage, mb}.to_string(), " in run ", run, " to stand in for ", a.to_string());
-        for (size_t i : plain_before[at->second]) out.push_back({i, segs[i].action, run});
+        for (size_t i : index.plain_before[at->second]) out.push_back({i, segs[i].action, run});
         out.push_back({at->second, a, run});
       }
-      for (size_t i : plain_after[run]) out.push_back({i, segs[i].action, run});
+      if (run == rec.runs - 1)
+        for (size_t i : index.plain_after) out.push_back({i, segs[i].action, run});
     }
   }
   return program;
 }
 
+// What record_rank learns besides the segments: the stage split (every rank's), and where
+// in its segments each storage resize was made (to move them with a reused rank's segments).
+struct RankExtras {
+  std::vector<StageLayers> stages;
+  std::vector<ResizePlace> resizes;
+};
+
 // Pipeline rank q's step recorded on the meta device, cut at its schedule's actions.
-void record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOptions& recording, RecordedPipeline& out) {
+RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOptions& recording,
+                       RecordedPipeline& out) {
   const int64_t per_stage = chips / static_cast<int64_t>(out.ranks.size());  // pp is the outermost mesh dim
   set_sim_world(chips, q * per_stage);
   CommOptions co = comm_options(cfg);
@@ -168,15 +191,21 @@ void record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOpt
     if (p.value().numel() > 0) out.param_elem_bytes = static_cast<int64_t>(p.value().element_size());
   }
   out.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
+  RankExtras extras;
+  for (int st = 0; st < s.num_stages; ++st) extras.stages.push_back(pm.stage(st));
   std::vector<PipeAction> acts;
   std::vector<size_t> begins, ends;
+  std::vector<size_t> resizes_at_begin, resizes_at_end;  // storage resizes made before each action's begin / end
   TraceRecorder recorder(recording);
   pm.observer = [&](const PipeAction& a, bool begin) {
+    const size_t resizes = recorder.trace().storage_resizes().size();
     if (begin) {
       acts.push_back(a);
       begins.push_back(recorder.trace().size());
+      resizes_at_begin.push_back(resizes);
     } else {
       ends.push_back(recorder.trace().size());
+      resizes_at_end.push_back(resizes);
     }
   };
   trainer.train_step();
@@ -185,31 +214,50 @@ void record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOpt
   const size_t per_run = s.ranks[q].size();
   auto& segs = out.ranks[q];
   size_t pos = 0;
+  const size_t none = SIZE_MAX;
   auto plain = [&](size_t b, size_t e, int run) {
-    if (e <= b) return;
+    if (e <= b) return none;
     PipelineSegment seg;
     seg.run = run;
     seg.trace = slice(t, b, e, &seg.p2p_bytes);
     segs.push_back(std::move(seg));
+    return segs.size() - 1;
   };
+  std::vector<size_t> action_seg(acts.size()), gap_seg(acts.size() + 1, none);  // gap i: before action i
   for (size_t i = 0; i < acts.size(); ++i) {
     const int run = static_cast<int>(i / per_run);
-    plain(pos, begins[i], run);
+    gap_seg[i] = plain(pos, begins[i], run);
     PipelineSegment seg;
     seg.is_action = true;
     seg.action = acts[i];
     seg.run = run;
     seg.trace = slice(t, begins[i], ends[i], &seg.p2p_bytes);
     segs.push_back(std::move(seg));
+    action_seg[i] = segs.size() - 1;
     pos = ends[i];
   }
-  plain(pos, t.size(), static_cast<int>(out.runs) - 1);
+  gap_seg[acts.size()] = plain(pos, t.size(), static_cast<int>(out.runs) - 1);
+  // Each resize's segment: the action it was made in, else the plain segment of its gap (an
+  // empty gap's resize stays at the end of the action before, or the start of the first).
+  std::vector<int64_t> op_begin(segs.size() + 1, 0);
+  for (size_t i = 0; i < segs.size(); ++i)
+    op_begin[i + 1] = op_begin[i] + static_cast<int64_t>(segs[i].trace.compute_ops());
+  const auto& resizes = t.storage_resizes();
+  for (size_t j = 0; j < resizes.size() && !acts.empty(); ++j) {
+    const size_t i = std::upper_bound(resizes_at_begin.begin(), resizes_at_begin.end(), j) - resizes_at_begin.begin();
+    size_t seg = gap_seg[i];
+    if (i > 0 && j < resizes_at_end[i - 1]) seg = action_seg[i - 1];
+    else if (seg == none) seg = i > 0 ? action_seg[i - 1] : action_seg[0];
+    const int64_t op = std::clamp(resizes[j].at_op - op_begin[seg], int64_t{0}, op_begin[seg + 1] - op_begin[seg]);
+    extras.resizes.push_back({seg, op});
+  }
   out.storages[q] = t.storages();
   out.storage_resizes[q] = t.storage_resizes();
   out.memory[q] = rank_memory(out, q);
   out.calls[q] = recorder.calls();
   TITAN_CHECK(acts.size() == per_run * static_cast<size_t>(out.runs), "pipeline simulation: rank ", q, " ran ",
               acts.size(), " actions, expected ", per_run, " x ", out.runs);
+  return extras;
 }
 
 // The full schedule's micro-batch count scaled to k, the schedule runs per step kept.
@@ -254,7 +302,33 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
   }
   const bool extrapolate = k > 0 && k < full.num_microbatches;
   const JobConfig recorded = extrapolate ? with_microbatches(cfg, full.num_microbatches, k) : cfg;
-  for (int64_t q = 0; q < pp; ++q) record_rank(recorded, chips, q, recording, out);
+  // Ranks whose key (pipeline_rank_reuse.h) an earlier rank had are built from its segments.
+  // Not while an FSDP observer notes one plan per recorded rank (shard_probe.cpp).
+  // Nor when FSDP frees a stage after each forward (fsdp_reshard_after_forward = "always"): the
+  // next action gathers it again, whichever it is, so an action's trace depends on the rank's
+  // order (a forward after a forward gathers, one after a backward does not).
+  const ParallelDims dims = parallel_dims(cfg, chips);
+  const bool order_dependent =
+      dims.fsdp_enabled() && fsdp_reshard_policy(cfg, /*pipeline=*/true) == FsdpOptions::Reshard::kAlways;
+  const bool reuse = cfg.simulation.pipeline_rank_reuse && fsdp_observer() == nullptr && !order_dependent;
+  std::map<std::vector<int64_t>, std::pair<int, std::vector<ResizePlace>>> recorded_for;  // key -> rank, its resizes
+  std::vector<StageLayers> stages;
+  for (int64_t q = 0; q < pp; ++q) {
+    const int r = static_cast<int>(q);
+    if (reuse && q > 0) {
+      const auto key = pipeline_rank_key(out.schedule, stages, cfg, r);
+      const auto at = recorded_for.find(key);
+      if (at != recorded_for.end() && copy_pipeline_rank(out, at->second.second, at->second.first, r)) continue;
+      RankExtras e = record_rank(recorded, chips, q, recording, out);
+      recorded_for.emplace(key, std::make_pair(r, std::move(e.resizes)));
+      continue;
+    }
+    RankExtras e = record_rank(recorded, chips, q, recording, out);
+    if (q == 0) {
+      stages = std::move(e.stages);
+      recorded_for.emplace(pipeline_rank_key(out.schedule, stages, cfg, 0), std::make_pair(0, std::move(e.resizes)));
+    }
+  }
   out.recorded_microbatches = out.schedule.num_microbatches;
   if (extrapolate) {
     out.program = extrapolated_program(out, full, k);

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "collectives/sim_backend.h"
@@ -74,6 +76,16 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
 // The micro-batch count record_pipeline records for `full` (its own count when none fewer
 // holds as many in flight, or the schedule cannot be rebuilt by name).
 int recorded_microbatch_count(const PipeSchedule& full);
+
+// A rank's recorded segments indexed: each action by (schedule run, op, stage, micro-batch),
+// the plain segments (batch, gradient reduction, optimizer) before each action, and those
+// after the last.
+struct SegmentIndex {
+  std::map<std::tuple<int, int, int, int>, size_t> action_at;
+  std::vector<std::vector<size_t>> plain_before;  // per segment (empty for a plain one)
+  std::vector<size_t> plain_after;
+};
+SegmentIndex index_segments(const std::vector<PipelineSegment>& segs);
 
 // Pipeline rank q's memory, walked over its segments in program order.
 devices::StepMemory rank_memory(const RecordedPipeline& p, size_t q);
