@@ -45,13 +45,18 @@ def trial_file(chip, share):
     return path
 
 
+chosen = {}  # row id -> the choice of what its source left open, made at the first share
+
+
 def log_errors(chip, rows, share):
     """{row id: log(predicted / published)} at this share; rows that fail are left out."""
     path = trial_file(chip, share)
     out = {}
     for row in rows:
         r = pr.simulate(exe, root, f"{work}/{chip}_{share:.4f}", row,
-                        ["--simulation.device", f"{chip}-fit", "--simulation.chip_file", path])
+                        ["--simulation.device", f"{chip}-fit", "--simulation.chip_file", path],
+                        only=chosen.get(row["id"]))
+        chosen.setdefault(row["id"], r["choice"])
         if "error" in r:
             print(f"  {row['id']}: {r['error']}", file=sys.stderr)
             continue

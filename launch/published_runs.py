@@ -106,7 +106,9 @@ def ac_overrides(spec):
     raise ValueError(f"unknown recompute '{spec}'")
 
 
-def overrides(row, microbatch, ac):
+def overrides(row, choice):
+    """titan-train overrides for a row run with one choice of what its source left open."""
+    microbatch, ac, schedule = choice
     rep, shard, tp, pp = layout(row)
     dp = rep * shard
     gbs = int(row["global_batch"])
@@ -127,35 +129,52 @@ def overrides(row, microbatch, ac):
         over += ["--model.mlp_activation", row["mlp"]]
     if row["topology"]:
         over += ["--simulation.topology", row["topology"]]
+    if row["attention"] != "flash":
+        over += ["--simulation.flash_attention", "false"]
     if zero1(row):
         over += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if pp > 1:
-        # 1F1B: Megatron's schedule without virtual stages, and NxD's.
+        # Megatron and NxD split the transformer layers evenly and put the embedding and the
+        # output beside the first and last stage's layers (they count as no layers).
+        name, v = schedule
         over += ["--training.local_batch_size", str(local),
                  "--parallelism.pipeline_parallel_microbatch_size", str(microbatch),
-                 "--parallelism.pipeline_parallel_schedule", "1F1B"]
+                 "--parallelism.pipeline_parallel_schedule", name,
+                 "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
+                 "--parallelism.pipeline_parallel_last_stage_less_layers", "0"]
+        if v > 1:
+            over += ["--parallelism.pipeline_parallel_layers_per_stage",
+                     str(int(row["n_layers"]) // (pp * v))]
     else:
         over += ["--training.local_batch_size", str(microbatch)]
     return over + ac_overrides(ac)
 
 
 def choices(row):
-    """(micro-batch, recompute) to try, in order; the first that fits is the run.
+    """(micro-batch, recompute, (schedule, virtual stages per rank)) to try.
 
-    Published: used as they are. Not published (Megatron's micro-batch and recompute): the
-    least recompute, then the largest micro-batch up to 8 that fits, as a user tuning the run
-    would; under PP micro-batches of 1, which keep the bubble and the in-flight activations
-    smallest."""
+    What a source publishes is used as it is. What it does not (Megatron's micro-batch,
+    recompute and pipeline schedule) is chosen as a user tuning the run would: the fastest
+    simulated step that fits, over recompute none / selective / full, micro-batches up to 8
+    (1 under PP, which keeps the bubble and the in-flight activations smallest), and under PP
+    1F1B or Megatron's interleaved 1F1B with the fewest virtual stages per rank (more than one)
+    that divide its layers (where the micro-batches divide too)."""
     rep, shard, tp, pp = layout(row)
     local = int(row["global_batch"]) // (rep * shard)
-    acs = [row["remat"] or row["ac"]] if (row["remat"] or row["ac"]) else ["none", "selective", "full"]
+    given = row["remat"] or row["ac"]
+    acs = [given] if given else ["none", "selective", "full"]
     if row["microbatch"]:
         mbs = [int(row["microbatch"])]
     elif pp > 1:
         mbs = [1]
     else:
         mbs = [m for m in (8, 4, 2, 1) if local % m == 0]
-    return [(mb, ac) for ac in acs for mb in mbs]
+    scheds = [("1F1B", 1)]
+    per_rank = int(row["n_layers"]) // pp
+    if pp > 1 and row["pp_schedule"] == "" and per_rank * pp == int(row["n_layers"]) and per_rank > 1:
+        scheds.append(("Interleaved1F1B", next(v for v in range(2, per_rank + 1) if per_rank % v == 0)))
+    return [(mb, ac, sc) for ac in acs for mb in mbs for sc in scheds
+            if pp == 1 or (sc[1] == 1 or (local // mb) % pp == 0)]
 
 
 def run(exe, root, folder, over, extra=()):
@@ -170,14 +189,16 @@ def run(exe, root, folder, over, extra=()):
         return json.load(f)
 
 
-def simulate(exe, root, work, row, extra=()):
-    """The row's run: the first of its choices that fits (or the last one tried, flagged)."""
-    last = None
-    for i, (mb, ac) in enumerate(choices(row)):
-        over = overrides(row, mb, ac)
+def simulate(exe, root, work, row, extra=(), only=None):
+    """The row's run: the fastest of its choices that fits (`only`: just that choice). Without
+    one that fits, the first choice's result (flagged by fits_in_memory) or its error."""
+    best, first = None, None
+    for i, choice in enumerate([only] if only else choices(row)):
+        over = overrides(row, choice)
         r = run(exe, root, f"{work}/{row['id']}_{i}", over, extra)
-        r["overrides"] = over
-        last = r
-        if "error" not in r and r["fits_in_memory"]:
-            return r
-    return last
+        r["overrides"], r["choice"] = over, choice
+        first = first or r
+        if "error" not in r and r["fits_in_memory"] and (
+                best is None or r["tokens_per_s_per_chip"] > best["tokens_per_s_per_chip"]):
+            best = r
+    return best or first

@@ -175,6 +175,8 @@ Registry make_registry(JobConfig& c) {
   r.add("simulation", "microbatch_extrapolation", &c.simulation.microbatch_extrapolation,
         "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
   r.add("simulation", "pipeline_rank_reuse", &c.simulation.pipeline_rank_reuse,
+  r.add("simulation", "flash_attention", &c.simulation.flash_attention,
+        "the simulated framework runs attention as one flash kernel (false: S x S scores materialised)");
         "under PP, record one rank per kind of stage (layers, first / last, neighbours) and build the others from its segments");
   return r;
 }

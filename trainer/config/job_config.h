@@ -152,6 +152,10 @@ struct SimulationSection {
 
 // TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a
 // simulated step.
+  // The simulated framework runs attention as one flash kernel (scores never reach HBM). false:
+  // it materialises the S x S scores (scaled QK^T, mask, softmax, PV as separate kernels), as
+  // frameworks did before FlashAttention (2022), e.g. Megatron-LM's fused softmax.
+  bool flash_attention = true;
 struct ProfilingSection {
   bool enable_profiling = false;
   std::string save_traces_folder = "profile_traces";  // under job.dump_folder

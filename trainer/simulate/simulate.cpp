@@ -43,7 +43,9 @@ devices::ChipSpec simulated_chip(const JobConfig& cfg) {
     return devices::find_chip(name, &cal);
   }
   // Unknown names: config error listing the valid ones.
-  return devices::find_chip(name, nullptr, cfg.simulation.chip_file);
+  devices::ChipSpec chip = devices::find_chip(name, nullptr, cfg.simulation.chip_file);
+  if (!cfg.simulation.flash_attention) chip.fused_attention = false;
+  return chip;
 }
 
 std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
