@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "devices/collective_matmul.h"
 
 namespace titan::devices {
 
@@ -69,6 +70,7 @@ enum ReplayBasis {
   kBandwidthBoundComm,
   kLaunchGaps,
   kCommSlowdown,
+  kAsyncTpChunks,  // matmuls split into chunks beside an async-TP collective
 };
 
 const char* replay_basis_name(int b) {
@@ -78,6 +80,8 @@ const char* replay_basis_name(int b) {
     case kBandwidthBoundComm: return "exposed bandwidth-bound collectives (fabric efficiency assumed)";
     case kLaunchGaps: return "per-kernel launch gaps (estimated)";
     case kCommSlowdown: return "compute slowed by communication (SM and HBM share estimated)";
+    case kAsyncTpChunks:
+      return "matmuls chunked by async TP (collective matmul; each chunk assumed at the whole matmul's rate)";
   }
   return "?";
 }
@@ -100,7 +104,7 @@ class Replay {
           ++ops_;
           break;
         case TraceEvent::Type::kIssue:
-          flush_ops();
+          flush_ops(&e.collective);
           if (options_.collective_mode == CollectiveMode::kFused) issue_fused(e);
           else issue_separate(e);
           break;
@@ -109,7 +113,9 @@ class Replay {
           close_bucket();
           auto it = work_task_.find(e.work);
           TITAN_CHECK(it != work_task_.end(), "wait on work ", e.work, " that was never issued");
-          if (it->second >= 0) next_compute_deps_.push_back(it->second);
+          auto steps = gather_steps_.find(e.work);
+          if (steps != gather_steps_.end()) pending_gather_ = steps->second;  // flush_ops overlaps it
+          else if (it->second >= 0) next_compute_deps_.push_back(it->second);
           break;
         }
       }
@@ -176,35 +182,110 @@ class Replay {
 
   // Each kernel is dispatched by a host task (FIFO on the host stream: the host runs ahead
   // of the device) and runs on the compute stream once dispatched. A synchronous host (cpu)
-  // dispatches the next op only after the previous one has finished.
-  void flush_ops() {
+  // dispatches the next op only after the previous one has finished. `next`: the collective
+  // issued right after these ops, if any.
+  void flush_ops(const CollectiveDesc* next = nullptr) {
     if (pending_ops_.empty()) return;
     close_bucket();  // compute between collectives ends a coalescing run
-    const ExecutionOverheads& o = model_.overheads();
     model_.lower(pending_ops_, &kernels_buf_);
-    for (const Kernel& k : kernels_buf_) {
-      TimelineTask h;
-      h.stream = host_;
-      h.duration_s = k.host_s;
-      if (!o.async && last_compute_ >= 0) h.deps.push_back(last_compute_);
-      last_host_ = timeline_.add(std::move(h));
-      TimelineTask t;
-      t.stream = compute_;
-      t.duration_s = k.launch_s + k.exec_s;
-      t.overhead_s = k.launch_s;
-      t.category = k.category;
-      t.rate_under_comm = model_.rate_under_comm(k);
-      t.basis = static_cast<int>(k.basis);
-      t.overhead_basis = kLaunchGaps;
-      t.slowdown_basis = kCommSlowdown;
-      t.deps.swap(next_compute_deps_);
-      t.deps.push_back(last_host_);
-      last_compute_ = timeline_.add(std::move(t));
-      if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[*k.lead] += k.exec_s;
-      flops_ += k.flops;
-      ++kernels_;
+    // Async TP: the matmuls a decomposed all-gather feeds (the run's start) and those feeding
+    // a decomposed reduce-scatter issued next (its end) run in chunks beside the ring steps.
+    KernelSpan fed, feeding;
+    if (!pending_gather_.empty()) {
+      fed = matmuls_fed_by_gather(kernels_buf_);
+      if (fed.empty()) next_compute_deps_.push_back(pending_gather_.back());  // waits for all of it
     }
+    scatter_chunks_.clear();
+    if (next && decomposes(*next)) feeding = matmuls_feeding_scatter(kernels_buf_, fed.end);
+    for (size_t i = 0; i < kernels_buf_.size();) {
+      if (i == fed.begin && !fed.empty()) {
+        add_chunked(fed, static_cast<int64_t>(pending_gather_.size()) + 1, pending_gather_);
+        i = fed.end;
+      } else if (i == feeding.begin && !feeding.empty()) {
+        scatter_chunks_ = add_chunked(feeding, tp_chunks(*next), {});
+        i = feeding.end;
+      } else {
+        add_kernel(kernels_buf_[i++]);
+      }
+    }
+    pending_gather_.clear();
     pending_ops_.clear();
+  }
+
+  void add_kernel(const Kernel& k) {
+    add_host(k);
+    add_compute(k, 1.0, true, static_cast<int>(k.basis));
+    count_kernel(k);
+  }
+
+  int64_t add_host(const Kernel& k) {
+    TimelineTask h;
+    h.stream = host_;
+    h.duration_s = k.host_s;
+    if (!model_.overheads().async && last_compute_ >= 0) h.deps.push_back(last_compute_);
+    return last_host_ = timeline_.add(std::move(h));
+  }
+
+  // The kernel's compute task, or its `share` of it (a chunk; the launch with the first).
+  int64_t add_compute(const Kernel& k, double share, bool launch, int basis) {
+    TimelineTask t;
+    t.stream = compute_;
+    t.duration_s = (launch ? k.launch_s : 0.0) + k.exec_s * share;
+    t.overhead_s = launch ? k.launch_s : 0.0;
+    t.category = k.category;
+    t.rate_under_comm = model_.rate_under_comm(k);
+    t.basis = basis;
+    t.overhead_basis = kLaunchGaps;
+    t.slowdown_basis = kCommSlowdown;
+    t.deps.swap(next_compute_deps_);
+    t.deps.push_back(last_host_);
+    return last_compute_ = timeline_.add(std::move(t));
+  }
+
+  void count_kernel(const Kernel& k) {
+    if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[*k.lead] += k.exec_s;
+    flops_ += k.flops;
+    ++kernels_;
+  }
+
+  // The kernels of `span` as `chunks` chunks in chunk-major order (every kernel's chunk c,
+  // then chunk c + 1: one shard of the input through all of them, as a collective matmul runs
+  // it); chunk c >= 1 waits for ring step c - 1 of `steps` (an all-gather's: shard c has
+  // arrived). Each chunk takes 1 / chunks of its kernel's time (same total seconds). Returns
+  // each chunk's last task (what a reduce-scatter's step c waits for).
+  std::vector<int64_t> add_chunked(KernelSpan span, int64_t chunks, const std::vector<int64_t>& steps) {
+    std::vector<int64_t> hosts;
+    for (size_t i = span.begin; i < span.end; ++i) hosts.push_back(add_host(kernels_buf_[i]));
+    std::vector<int64_t> ends;
+    const double share = 1.0 / static_cast<double>(chunks);
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (c >= 1 && c - 1 < static_cast<int64_t>(steps.size())) next_compute_deps_.push_back(steps[c - 1]);
+      for (size_t i = span.begin; i < span.end; ++i) {
+        const Kernel& k = kernels_buf_[i];
+        last_host_ = hosts[i - span.begin];
+        const bool mm = k.category == op_kind_name(OpKind::kMatmul);
+        add_compute(k, share, c == 0, mm ? static_cast<int>(kAsyncTpChunks) : static_cast<int>(k.basis));
+      }
+      ends.push_back(last_compute_);
+    }
+    last_host_ = hosts.back();
+    for (size_t i = span.begin; i < span.end; ++i) count_kernel(kernels_buf_[i]);
+    return ends;
+  }
+
+  // A collective async TP decomposes (collective_matmul.h): fused mode only (separate mode
+  // runs each collective alone), and an asynchronous host (a synchronous one, the cpu
+  // device, cannot issue the next chunk while one runs).
+  bool decomposes(const CollectiveDesc& c) const {
+    return options_.async_tensor_parallel && options_.collective_mode == CollectiveMode::kFused &&
+           model_.overheads().async && decomposes_with_matmul(c) && tp_chunks(c) > 1;
+  }
+
+  // Chunks of a collective matmul on c's group: one per member (TP degree).
+  int64_t tp_chunks(const CollectiveDesc& c) const {
+    int64_t n = 1;
+    for (const AxisSegment& seg : placement_.group(c.group)) n *= seg.count;
+    return n;
   }
 
   // Fused: adjacent issues of the same collective on the same group and stream, with no
@@ -231,7 +312,15 @@ class Replay {
     std::vector<int64_t> deps;
     if (bucket_dep_ >= 0) deps.push_back(bucket_dep_);
     if (bucket_host_ >= 0) deps.push_back(bucket_host_);
-    int64_t id = add_collective(bucket_, deps, model_.overheads().launch_per_kernel_s);
+    int64_t id = -1;
+    if (decomposes(bucket_)) {
+      const std::vector<int64_t> steps = add_ring_steps(bucket_, deps, model_.overheads().launch_per_kernel_s);
+      id = steps.back();
+      if (bucket_.kind == CollectiveKind::kAllGather)
+        for (int64_t w : bucket_works_) gather_steps_[w] = steps;
+    } else {
+      id = add_collective(bucket_, deps, model_.overheads().launch_per_kernel_s);
+    }
     for (int64_t w : bucket_works_) work_task_[w] = id;
   }
 
@@ -252,6 +341,7 @@ class Replay {
   // Its bandwidth part shares the physical axes it spans with concurrent collectives.
   int64_t add_collective(const CollectiveDesc& c, const std::vector<int64_t>& deps,
                          double launch_s) {
+    if (c.kind == CollectiveKind::kHostCopy) return add_host_copy(c, deps);
     const std::vector<AxisSegment> segments = placement_.group(c.group);
     CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
     TimelineTask t;
@@ -270,6 +360,62 @@ class Replay {
     return timeline_.add(std::move(t));
   }
 
+  // A collective async TP decomposes, as its tp - 1 ring steps on its stream, each a share of
+  // the whole collective's time (the launch with the first). A reduce-scatter's step s sends
+  // chunk s's partial sums: it waits for that chunk of the matmuls feeding it (scatter_chunks_,
+  // when flush_ops found them) instead of all of the compute before it.
+  std::vector<int64_t> add_ring_steps(const CollectiveDesc& c, const std::vector<int64_t>& deps, double launch_s) {
+    const std::vector<AxisSegment> segments = placement_.group(c.group);
+    const CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
+    const int64_t steps = tp_chunks(c) - 1;
+    const double share = 1.0 / static_cast<double>(steps);
+    std::vector<int> links;
+    for (const AxisSegment& seg : segments)
+      if (seg.count > 1) links.push_back(seg.axis);
+    const bool chunked = c.kind == CollectiveKind::kReduceScatter && !scatter_chunks_.empty();
+    std::vector<int64_t> ids;
+    for (int64_t s = 0; s < steps; ++s) {
+      TimelineTask t;
+      t.stream = comm_stream(c.stream);
+      if (chunked) {
+        t.deps = {scatter_chunks_[static_cast<size_t>(s)]};
+        for (int64_t d : deps)
+          if (d != bucket_dep_) t.deps.push_back(d);  // the host's issue, not the compute before
+      } else if (s == 0) {
+        t.deps = deps;
+      }
+      const double launch = s == 0 ? launch_s : 0.0;
+      t.duration_s = cost.total_s() * share + launch;
+      t.shared_s = cost.bandwidth_s * share;
+      t.links = links;
+      t.overhead_s = launch;
+      t.overhead_category = "collective launch";
+      t.category = std::string(collective_name(c.kind)) + " " + c.group;
+      t.basis = cost.latency_s + launch_s > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
+      ids.push_back(timeline_.add(std::move(t)));
+    }
+    scatter_chunks_.clear();
+    ++collectives_;
+    return ids;
+  }
+
+  // A copy between the chip and host memory (activation offload): bytes over the chip's host
+  // link on its own copy stream (c.stream: one per direction, as the link is full duplex),
+  // beside compute; the host itself (cpu) holds offloaded tensors where they are, for free.
+  int64_t add_host_copy(const CollectiveDesc& c, const std::vector<int64_t>& deps) {
+    const ChipSpec& chip = model_.chip();
+    TITAN_CONFIG_CHECK(chip.is_host() || chip.host_link_bytes_per_s > 0, "activation offload on ", chip.name,
+                       ": its chip file gives no [host] link_bytes_per_s (devices/chips/)");
+    TimelineTask t;
+    t.stream = comm_stream(c.stream);
+    t.deps = deps;
+    t.duration_s = chip.is_host() ? 0.0 : static_cast<double>(c.bytes) / chip.host_link_bytes_per_s;
+    t.category = std::string(collective_name(c.kind)) + " " + c.group;
+    t.basis = kBandwidthBoundComm;
+    ++collectives_;
+    return timeline_.add(std::move(t));
+  }
+
   const Placement& placement_;
   ComputeModel model_;
   SimulationOptions options_;
@@ -281,6 +427,11 @@ class Replay {
   std::vector<const OpDesc*> pending_ops_;
   std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused
   std::vector<int64_t> next_compute_deps_;
+  // Async TP: each decomposed all-gather's ring steps by the work handles it serves; the
+  // steps of the one just waited on, which the next compute run overlaps; the chunk ends of
+  // the matmuls feeding the reduce-scatter about to be issued.
+  std::unordered_map<int64_t, std::vector<int64_t>> gather_steps_;
+  std::vector<int64_t> pending_gather_, scatter_chunks_;
   int64_t last_compute_ = -1, last_collective_ = -1, last_host_ = -1;
   bool bucket_open_ = false;
   CollectiveDesc bucket_;
@@ -306,21 +457,3 @@ StepReport simulate_step(const Trace& trace, const Placement& placement, const C
 }
 
 }  // namespace titan::devices
-    if (c.kind == CollectiveKind::kHostCopy) return add_host_copy(c, deps);
-  // A copy between the chip and host memory (activation offload): bytes over the chip's host
-  // link on its own copy stream (c.stream: one per direction, as the link is full duplex),
-  // beside compute; the host itself (cpu) holds offloaded tensors where they are, for free.
-  int64_t add_host_copy(const CollectiveDesc& c, const std::vector<int64_t>& deps) {
-    const ChipSpec& chip = model_.chip();
-    TITAN_CONFIG_CHECK(chip.is_host() || chip.host_link_bytes_per_s > 0, "activation offload on ", chip.name,
-                       ": its chip file gives no [host] link_bytes_per_s (devices/chips/)");
-    TimelineTask t;
-    t.stream = comm_stream(c.stream);
-    t.deps = deps;
-    t.duration_s = chip.is_host() ? 0.0 : static_cast<double>(c.bytes) / chip.host_link_bytes_per_s;
-    t.category = std::string(collective_name(c.kind)) + " " + c.group;
-    t.basis = kBandwidthBoundComm;
-    ++collectives_;
-    return timeline_.add(std::move(t));
-  }
-

@@ -97,6 +97,11 @@ struct SimulationOptions {
   // (what the trainer did until December 2026). Separate mode blocks on each either way.
   // devices/pipeline_replay.h: kPosted / kAsync.
   bool p2p_posted = true;
+  // Async tensor parallelism (parallelism.enable_async_tensor_parallel), fused mode on an
+  // asynchronous host: each tensor-parallel all-gather and the matmuls it feeds, and each
+  // reduce-scatter and the matmuls feeding it, run as a collective matmul decomposed into tp
+  // chunks (devices/collective_matmul.h); otherwise the matmul waits for the whole transfer.
+  bool async_tensor_parallel = false;
 };
 
 // Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:

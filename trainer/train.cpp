@@ -31,6 +31,10 @@ TrainResult train(const JobConfig& cfg) {
                 trainer.optimizer().state_bytes() / 1048576.0);
     std::printf("titan: MFU peak %.3g FLOP/s per rank (%d threads) from %s\n", peak.flops, torch::get_num_threads(),
                 peak.source.c_str());
+    // Only the simulator models async TP (devices/collective_matmul.h); a real run still works.
+    if (cfg.parallelism.enable_async_tensor_parallel)
+      std::printf("titan: warning: parallelism.enable_async_tensor_parallel is modelled in simulation only; this "
+                  "run's tensor-parallel collectives stay blocking\n");
   }
   std::string mfu_warning;  // set the first time MFU would exceed 100%: printed once
   bool mfu_warned = false;

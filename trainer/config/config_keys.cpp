@@ -90,6 +90,9 @@ Registry make_registry(JobConfig& c) {
         "gradient accumulation: skip FSDP's reduce-scatter until the last micro-batch");
   r.add("parallelism", "enable_sequence_parallel", &p.enable_sequence_parallel,
         "shard norms along the sequence under TP");
+  r.add("parallelism", "enable_async_tensor_parallel", &p.enable_async_tensor_parallel,
+        "overlap sequence parallelism's all-gather / reduce-scatter with the matmul next to it, split into TP chunks "
+        "(collective matmul; simulation only: real runs keep TP collectives blocking)");
   r.add("parallelism", "disable_loss_parallel", &p.disable_loss_parallel,
         "gather logits before the loss under TP");
   r.add("parallelism", "pipeline_parallel_schedule", &p.pipeline_parallel_schedule, "pipeline schedule");

@@ -75,6 +75,10 @@ struct ParallelismSection {
   ReshardPolicy fsdp_reshard_after_forward = ReshardPolicy::kDefault;
   bool fsdp_defer_gradient_sync = true;  // gradient accumulation: reduce once, after the last micro-batch
   bool enable_sequence_parallel = true;
+  // Async TP: sequence parallelism's all-gathers and reduce-scatters overlapped chunk by chunk
+  // with the matmuls next to them. Simulated only (devices/collective_matmul.h); real runs
+  // keep their TP collectives blocking and say so.
+  bool enable_async_tensor_parallel = false;
   bool disable_loss_parallel = false;
   PipelineSchedule pipeline_parallel_schedule = PipelineSchedule::k1F1B;
   int64_t pipeline_parallel_microbatch_size = 1;

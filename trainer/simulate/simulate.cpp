@@ -129,6 +129,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   f.memory = rec.memory.of(fused);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
+  o.async_tensor_parallel = cfg.parallelism.enable_async_tensor_parallel;
   if (rec.pipeline) {
     const RecordedPipeline& p = *rec.pipeline;
     f.segment_costs = cost_pipeline_segments(p, placement, chip, o);
@@ -382,6 +383,12 @@ void run_simulation(const JobConfig& cfg) {
   RecordedStep rec;  // kept for the Chrome trace below (one recording, not two)
   SimulationResult r = simulate(cfg, /*other_mode=*/true, cfg.profiling.enable_profiling ? &rec : nullptr);
   std::cout << format_report(r) << std::flush;
+  if (cfg.parallelism.enable_async_tensor_parallel)
+    std::cout << "  async TP        "
+              << (r.dims.tp > 1 && cfg.parallelism.enable_sequence_parallel
+                      ? "on: sequence-parallel collectives run as collective matmuls in tp chunks (fused mode)"
+                      : "no effect: needs tensor_parallel_degree > 1 with enable_sequence_parallel")
+              << std::endl;
   const std::string path = cfg.job.dump_folder + "/simulation.json";
   std::ofstream f(path);
   TITAN_CHECK(f.good(), "cannot write ", path);
