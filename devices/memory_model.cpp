@@ -51,14 +51,17 @@ std::vector<std::pair<std::string, int64_t>> MemoryReport::consumers() const {
   return c;
 }
 
-void require_fits(const MemoryReport& r, const std::string& what) {
+void require_fits(const MemoryReport& r, const std::string& what, const std::string& advice) {
   if (r.fits) return;
   auto g = [](int64_t b) { return static_cast<double>(b) / kGiB; };
   const auto parts = r.consumers();
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "%.1f GiB per chip against %.1f GiB; largest: %s %.1f GiB, %s %.1f GiB, %s %.1f GiB",
-                g(r.total), g(r.capacity), parts[0].first.c_str(), g(parts[0].second),
+                "%.1f GiB per chip against %.1f GiB (%.1f GiB, %.1f%% over); largest: %s %.1f GiB, %s %.1f GiB, "
+                "%s %.1f GiB",
+                g(r.total), g(r.capacity), g(r.total - r.capacity),
+                100.0 * static_cast<double>(r.total - r.capacity) / static_cast<double>(r.capacity),
+                parts[0].first.c_str(), g(parts[0].second),
                 parts[1].first.c_str(), g(parts[1].second), parts[2].first.c_str(),
                 g(parts[2].second));
   std::string peak;
@@ -68,7 +71,7 @@ void require_fits(const MemoryReport& r, const std::string& what) {
                   r.peak_by_op[i].first.c_str(), g(r.peak_by_op[i].second));
     peak += one;
   }
-  TITAN_CONFIG_FAIL("the layout does not fit in memory (", what, "): ", buf, peak,
+  TITAN_CONFIG_FAIL("the layout does not fit in memory (", what, "): ", buf, peak, advice,
                     ". Use more activation checkpointing, more chips or more sharding, or "
                     "--simulation.allow_oom true to report its step time anyway");
 }

@@ -35,7 +35,8 @@ MemoryReport memory_of_step(const TraceMemory& m, int64_t param_bytes, int64_t o
 
 // A layout that does not fit is refused: a config error giving the total against the
 // capacity and naming the largest consumers and the ops whose tensors fill the peak (no step
-// time is reported for it). `what` describes the layout ("8192 x tpu-v7, dp_shard 8192").
-void require_fits(const MemoryReport& r, const std::string& what);
+// time is reported for it). `what` describes the layout ("8192 x tpu-v7, dp_shard 8192");
+// `advice` ends the ops' list (a cheaper activation checkpointing that would fit, say).
+void require_fits(const MemoryReport& r, const std::string& what, const std::string& advice = "");
 
 }  // namespace titan::devices

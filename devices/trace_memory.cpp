@@ -18,6 +18,9 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
+  // The ops that touch each resized storage, in order (LiveRange::use_from / use_to).
+  std::unordered_map<int64_t, std::vector<int64_t>> touches;
+  for (const StorageResize& r : resizes) touches[r.id];
   // Each op's run of element-wise ops (-1: none), as the replay lowers them: a run ends at an
   // op of another kind and at every collective issue or wait (step_simulator.cpp).
   std::vector<int64_t> run;
@@ -49,6 +52,8 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
           if (!s.maker_writes && uses == &e.op.writes && e.op.kind != OpKind::kView) s.maker = &e.op.name, s.maker_writes = true;
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
+          if (auto t = touches.find(u.id); t != touches.end() && (t->second.empty() || t->second.back() != at))
+            t->second.push_back(at);
         }
     }
   }
@@ -73,8 +78,14 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
       std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->at_op < b->at_op; });
       const bool freed_first = rs.front()->bytes == 0;
       int64_t size = freed_first ? rec.bytes : 0, from = freed_first ? std::max<int64_t>(0, seen[i].first) : 0;
+      const std::vector<int64_t>& used = touches[id];
       auto piece = [&](int64_t to) {
-        if (size > 0 && to > from) out.ranges.push_back({LiveRange::Kind::kResized, 0, id, from, to, size});
+        if (size <= 0 || to <= from) return;
+        LiveRange r{LiveRange::Kind::kResized, 0, id, from, to, size};
+        auto first = std::lower_bound(used.begin(), used.end(), from), last = std::lower_bound(first, used.end(), to);
+        r.use_from = r.use_to = from;
+        if (first != last) r.use_from = *first, r.use_to = *(last - 1) + 1;
+        out.ranges.push_back(r);
       };
       for (const StorageResize* r : rs) {
         piece(r->at_op);
@@ -108,31 +119,43 @@ void each_range(const LiveRanges& live, const std::vector<ByteOverride>& overrid
 
 }  // namespace
 
-TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<ByteOverride>& overrides) {
+TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<ByteOverride>& overrides, bool per_use) {
   const int64_t n = live.ops;
   // Live bytes as differences at op positions: +bytes where a range starts, -bytes where it ends.
   std::vector<int64_t> temp(static_cast<size_t>(n) + 1, 0), resized(static_cast<size_t>(n) + 1, 0);
   TraceMemory m;
+  // per_use: the bytes of the resized buffers whose use starts at each op; the next of them
+  // after an op is in flight (gathered ahead) while it runs.
+  std::vector<int64_t> starts(per_use ? static_cast<size_t>(n) + 1 : 0, 0);
   each_range(live, overrides, [&](const LiveRange& r, int64_t bytes) {
     if (r.kind == LiveRange::Kind::kState) {
       m.state_bytes += bytes;
       return;
     }
-    const int64_t from = std::clamp<int64_t>(r.from, 0, n), to = std::clamp<int64_t>(r.to, 0, n);
+    const bool by_use = per_use && r.kind == LiveRange::Kind::kResized;
+    if (by_use && bytes > 0 && r.use_from < r.use_to) starts[static_cast<size_t>(std::clamp<int64_t>(r.use_from, 0, n))] += bytes;
+    const int64_t from = std::clamp<int64_t>(by_use ? r.use_from : r.from, 0, n),
+                  to = std::clamp<int64_t>(by_use ? r.use_to : r.to, 0, n);
     if (bytes <= 0 || from >= to || (fused && r.inside_fusion)) return;
     auto& d = r.kind == LiveRange::Kind::kResized ? resized : temp;
     d[static_cast<size_t>(from)] += bytes;
     d[static_cast<size_t>(to)] -= bytes;
   });
+  std::vector<int64_t> ahead(starts.size(), 0);  // the next buffer's bytes after each op
+  for (int64_t at = static_cast<int64_t>(starts.size()) - 2, next = 0; at >= 0; --at) {
+    if (starts[static_cast<size_t>(at) + 1] > 0) next = starts[static_cast<size_t>(at) + 1];
+    ahead[static_cast<size_t>(at)] = next;
+  }
   int64_t t = 0, b = 0;
   m.parts.resize(live.part_begins.size());
   size_t part = 0;
   for (int64_t at = 0; at < n; ++at) {
     while (part + 1 < live.part_begins.size() && live.part_begins[part + 1] <= at) ++part;
     t += temp[static_cast<size_t>(at)], b += resized[static_cast<size_t>(at)];
-    if (t + b > m.peak_bytes) m.peak_bytes = t + b, m.peak_temporaries = t, m.peak_resized = b, m.peak_op = at;
+    const int64_t bb = b + (per_use ? ahead[static_cast<size_t>(at)] : 0);
+    if (t + bb > m.peak_bytes) m.peak_bytes = t + bb, m.peak_temporaries = t, m.peak_resized = bb, m.peak_op = at;
     TraceMemory::Part& p = m.parts[part];
-    if (t + b > p.temporaries + p.resized) p = {t, b};
+    if (t + bb > p.temporaries + p.resized) p = {t, bb};
   }
 
   std::vector<int64_t> by_maker(live.makers.size(), 0);
@@ -149,8 +172,8 @@ TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<By
 struct StepMemory::Walks {
   std::shared_ptr<const LiveRanges> live;
   std::vector<ByteOverride> overrides;
-  std::once_flag once[2];
-  TraceMemory walked[2];  // eager, fused
+  std::once_flag once[4];
+  TraceMemory walked[4];  // eager, fused; each with resized buffers per use
 };
 
 StepMemory::StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteOverride> overrides)
@@ -160,12 +183,13 @@ StepMemory::StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteO
   walks_->overrides = std::move(overrides);
 }
 
-const TraceMemory& StepMemory::of(bool fused_elementwise) const {
+const TraceMemory& StepMemory::of(bool fused_elementwise, bool per_use) const {
   static const TraceMemory kNone;
   if (!walks_) return kNone;
   Walks& w = *walks_;
-  const int mode = fused_elementwise ? 1 : 0;
-  std::call_once(w.once[mode], [&] { w.walked[mode] = walk_memory(*w.live, fused_elementwise, w.overrides); });
+  const int mode = (fused_elementwise ? 1 : 0) + (per_use ? 2 : 0);
+  std::call_once(w.once[mode],
+                 [&] { w.walked[mode] = walk_memory(*w.live, fused_elementwise, w.overrides, per_use); });
   return w.walked[mode];
 }
 

@@ -48,6 +48,10 @@ struct LiveRange {
   // Made and last used inside one run of element-wise ops: where those run fused (compiled,
   // defer_and_fuse) it stays in registers and is never allocated.
   bool inside_fusion = false;
+  // kResized: the first op that touches it inside [from, to) and one past the last (equal:
+  // none does), for a compiler that schedules each gathered weight and gradient buffer around
+  // its own uses (walk_memory's per_use).
+  int64_t use_from = 0, use_to = 0;
 };
 struct LiveRanges {
   int64_t ops = 0;
@@ -69,8 +73,13 @@ struct ByteOverride {
 
 // fused: element-wise runs execute as fused kernels (ExecutionOverheads::fuse_elementwise),
 // so the temporaries inside them take no memory. overrides: by increasing index, at most one
-// per range (titan::Error otherwise).
-TraceMemory walk_memory(const LiveRanges& live, bool fused = false, const std::vector<ByteOverride>& overrides = {});
+// per range (titan::Error otherwise). per_use: the buffers a parallel plan resizes (FSDP's
+// gathered weights, a reduce-scatter's input) hold memory only from their first to their last
+// use in each stretch, and the next of them to be used is counted from the op before (one
+// gather in flight ahead of its use): how XLA schedules a whole step's per-weight all-gathers and reduce-scatters
+// (MaxText), where FSDP2 gathers and reduces a whole block at a time (docs/memory.md).
+TraceMemory walk_memory(const LiveRanges& live, bool fused = false, const std::vector<ByteOverride>& overrides = {},
+                        bool per_use = false);
 
 // The memory of a recording run unfused (eager) and fused. Each is walked when it is first
 // asked for, and kept: a replay asks for one of them, and a study resizes a recording far
@@ -79,7 +88,7 @@ class StepMemory {
  public:
   StepMemory() = default;  // nothing walked: both modes read empty
   explicit StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteOverride> overrides = {});
-  const TraceMemory& of(bool fused_elementwise) const;
+  const TraceMemory& of(bool fused_elementwise, bool per_use = false) const;
   const TraceMemory& eager() const { return of(false); }
   const TraceMemory& fused() const { return of(true); }
 

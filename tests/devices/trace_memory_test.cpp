@@ -86,6 +86,38 @@ TEST(TraceMemory, ResizedBuffersCountOnlyWhileFilled) {
   EXPECT_EQ(mu.peak_op, 1);
 }
 
+TEST(TraceMemory, PerUseBuffersHoldMemoryFromFirstToLastUseWithTheNextInFlight) {
+  // Two gathered weights (1: 400, 2: 300) refilled together before op 0 and freed before op 7,
+  // as a unit-at-a-time FSDP does; 1 is used by ops 1-2, 2 by op 5. Temporaries: 3 (100) over
+  // ops 0-3, 4 (600) over ops 4-6.
+  Trace t;
+  t.storage_resizes().push_back({0, 1, 400});
+  t.storage_resizes().push_back({0, 2, 300});
+  t.compute(op("aten::cast", {}, {3}));
+  t.compute(op("aten::mm", {1}, {}));
+  t.compute(op("aten::mm", {1}, {}));
+  t.compute(op("aten::add", {3}, {}));
+  t.compute(op("aten::cast", {}, {4}));
+  t.compute(op("aten::mm", {2}, {}));
+  t.compute(op("aten::add", {4}, {}));
+  t.storage_resizes().push_back({7, 1, 0});
+  t.storage_resizes().push_back({7, 2, 0});
+  t.compute(op("aten::add", {}, {}));
+  t.storages() = {{400, true}, {300, true}, {100, false}, {600, false}};
+  const StepMemory walks = trace_memory(t);
+  // The whole unit: both buffers with the second temporary (op 4).
+  EXPECT_EQ(walks.eager().peak_bytes, 1300);
+  EXPECT_EQ(walks.eager().peak_op, 4);
+  // Per use: 1 over ops 1-2 and 2 over op 5, each also counted from the op before its first
+  // use (in flight): op 4 holds 600 + 300 ahead, op 5 600 + 300; ops 1-2 400 + 300 + 100.
+  const TraceMemory& used = walks.of(false, /*per_use=*/true);
+  EXPECT_EQ(used.peak_bytes, 900);
+  EXPECT_EQ(used.peak_op, 4);
+  EXPECT_EQ(used.peak_resized, 300);
+  EXPECT_EQ(used.peak_temporaries, 600);
+  EXPECT_EQ(used.state_bytes, walks.eager().state_bytes);
+}
+
 TEST(TraceMemory, PartsWalkAsOneTrace) {
   Trace whole, a, b;
   const std::vector<OpDesc> ops = {op("aten::mm", {}, {1}), op("aten::silu", {1}, {2}), op("aten::mul", {2, 1}, {3}),

@@ -15,6 +15,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/op_save_hook.h"
 #include "parallel/pipeline_weight_grad.h"
+#include "tests/trainer/mm_counter.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
@@ -41,24 +42,6 @@ void apply_ac(Transformer& m, Ac ac) {
   if (ac == Ac::kOp) m->block_wrappers.push_back(op_activation_checkpoint_wrapper());
   if (ac == Ac::kFull) m->block_wrappers.push_back(activation_checkpoint_wrapper(1));
 }
-
-// aten::mm calls on this thread while alive (the linear products, fused or composite).
-struct MmCounter {
-  static int64_t& count() {
-    thread_local int64_t n = 0;
-    return n;
-  }
-  MmCounter() {
-    count() = 0;
-    handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
-        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          if (std::string(fn.name()) == "aten::mm") ++count();
-          return nullptr;
-        }));
-  }
-  ~MmCounter() { at::removeCallback(handle); }
-  at::CallbackHandle handle;
-};
 
 struct RealStep {
   int64_t forward_mm = 0, backward_mm = 0;

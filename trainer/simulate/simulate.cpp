@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "trainer/config/config_folders.h"
 #include "trainer/config/resolve_model.h"
+#include "trainer/simulate/remat_advice.h"
 #include "trainer/model/model.h"
 #include "common/model_args.h"
 #include "trainer/components/optimizer.h"
@@ -126,7 +127,10 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   o.execution = execution_mode(cfg);
   // Element-wise runs fused (compiled, defer_and_fuse): their temporaries take no memory.
   const bool fused = devices::execution_overheads(chip, o.execution).fuse_elementwise;
-  f.memory = rec.memory.of(fused);
+  // A compiler that schedules the whole step (XLA) places each FSDP gather and reduce-scatter
+  // around the weight's own uses (devices/trace_memory.h, per_use).
+  const bool per_use = o.execution == devices::ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
+  f.memory = rec.memory.of(fused, per_use);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
   o.async_tensor_parallel = cfg.parallelism.enable_async_tensor_parallel;
@@ -239,8 +243,8 @@ SimulationResult simulate(const JobConfig& cfg, bool other_mode, RecordedStep* r
   SimulationResult r = replay(cfg, rec);
   if (recorded) *recorded = std::move(rec);
   if (!cfg.simulation.allow_oom)  // no step time for a layout that cannot run
-    devices::require_fits(r.memory, std::to_string(r.num_chips) + " x " + r.report.device + ", " +
-                                        layout_string(r.dims));
+    devices::require_fits(r.memory, std::to_string(r.num_chips) + " x " + r.report.device + ", " + layout_string(r.dims),
+                          remat_advice(cfg, r.dims, resolve_model_args(cfg, vocab_without_data(cfg)), r.memory));
   if (other_mode) {
     JobConfig other = cfg;
     other.comm.collective_mode =
