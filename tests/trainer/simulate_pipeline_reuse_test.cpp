@@ -6,6 +6,7 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/simulate/pipeline_rank_reuse.h"
+#include "trainer/simulate/recording_wire.h"
 #include "trainer/simulate/simulate.h"
 #include "trainer/simulate/simulate_pipeline.h"
 #include "trainer/step/pipeline_model.h"
@@ -100,6 +101,8 @@ TEST(SimulatePipelineReuse, ReusedRanksMatchRecordingEveryRank) {
     };
     const bool reused = sizes(p.storages[3]) == sizes(p.storages[1]);
     EXPECT_EQ(reused, what.find("always") == std::string::npos);
+    EXPECT_EQ(p.copied_from[3], reused ? 1 : -1);
+    for (int from : f.copied_from) EXPECT_EQ(from, -1);
     if (c.schedule == "1F1B") EXPECT_NE(sizes(f.storages[3]), sizes(f.storages[1]));
     ASSERT_EQ(p.ranks.size(), f.ranks.size());
     EXPECT_EQ(p.recorded_microbatches, f.recorded_microbatches);
@@ -133,6 +136,12 @@ TEST(SimulatePipelineReuse, ReusedRanksMatchRecordingEveryRank) {
         EXPECT_EQ(m.state_bytes, n.state_bytes) << fused;
       }
     }
+    // The reuse map travels with a recording (recording_wire.h): the decoded one copies the
+    // same segments and encodes to the same bytes.
+    const RecordedStep back = decode_step(encode_step(a));
+    EXPECT_EQ(back.pipeline->copied_from, p.copied_from);
+    EXPECT_EQ(back.pipeline->copied_segment, p.copied_segment);
+    EXPECT_EQ(encode_step(back), encode_step(a));
     const SimulationResult r = simulate(fast, false), s = simulate(full, false);
     EXPECT_EQ(r.report.step_time_s, s.report.step_time_s);
     EXPECT_EQ(r.pipeline_bubble_fraction, s.pipeline_bubble_fraction);

@@ -92,6 +92,8 @@ bool copy_pipeline_rank(RecordedPipeline& rec, const std::vector<ResizePlace>& p
   rec.local_params[q] = rec.local_params[p];
   rec.holds_output[q] = s.stage_rank[s.num_stages - 1] == q;
   rec.memory[q] = rank_memory(rec, q);
+  rec.copied_from[q] = p;
+  rec.copied_segment[q] = std::move(order);
   return true;
 }
 

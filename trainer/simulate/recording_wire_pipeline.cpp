@@ -4,7 +4,7 @@
 namespace titan::wire {
 
 // As in recording_wire_trace.cpp: a field added to these structs must be carried here too.
-static_assert(sizeof(RecordedPipeline) == 328 && sizeof(PipelineSegment) == 192 && sizeof(PipeSchedule) == 96,
+static_assert(sizeof(RecordedPipeline) == 376 && sizeof(PipelineSegment) == 192 && sizeof(PipeSchedule) == 96,
               "a recorded pipeline's parts changed: carry the new fields in recording_wire_pipeline.cpp, then "
               "update these sizes");
 
@@ -50,6 +50,10 @@ void put(Writer& w, const RecordedPipeline& p) {
   w.list(p.program, [&](const std::vector<ReplayedSegment>& steps) {
     w.list(steps, [&](const ReplayedSegment& x) { w.i64(static_cast<int64_t>(x.segment)), w.pod(x.action), w.pod(x.run); });
   });
+  w.list(p.copied_from, [&](int x) { w.pod(x); });
+  w.list(p.copied_segment, [&](const std::vector<size_t>& segs) {
+    w.list(segs, [&](size_t i) { w.i64(static_cast<int64_t>(i)); });
+  });
 }
 void get(Reader& r, RecordedPipeline* p) {
   get(r, &p->schedule);
@@ -88,6 +92,26 @@ void get(Reader& r, RecordedPipeline* p) {
     for (const ReplayedSegment& x : p->program[q])
       TITAN_CHECK(x.segment < p->ranks[q].size(), "recording message: pipeline rank ", q, " replays segment ",
                   x.segment, " of ", p->ranks[q].size());
+  p->copied_from = r.list<int>([&](int& x) { x = r.pod<int>(); });
+  p->copied_segment = r.list<std::vector<size_t>>([&](std::vector<size_t>& segs) {
+    segs = r.list<size_t>([&](size_t& i) {
+      const int64_t v = r.i64();
+      TITAN_CHECK(v >= 0, "recording message: a copied segment index ", v);
+      i = static_cast<size_t>(v);
+    });
+  });
+  TITAN_CHECK(p->copied_from.size() == p->ranks.size() && p->copied_segment.size() == p->ranks.size(),
+              "recording message: reuse entries for ", p->copied_from.size(), " of ", p->ranks.size(), " pipeline ranks");
+  for (size_t q = 0; q < p->ranks.size(); ++q) {
+    const int from = p->copied_from[q];
+    if (from < 0) continue;
+    TITAN_CHECK(static_cast<size_t>(from) < q && p->copied_segment[q].size() == p->ranks[q].size(),
+                "recording message: pipeline rank ", q, " copies rank ", from, " with ", p->copied_segment[q].size(),
+                " of ", p->ranks[q].size(), " segments");
+    for (size_t i : p->copied_segment[q])
+      TITAN_CHECK(i < p->ranks[from].size(), "recording message: pipeline rank ", q, " copies segment ", i, " of ",
+                  p->ranks[from].size());
+  }
 }
 
 }  // namespace titan::wire

@@ -280,6 +280,8 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
   out.storages.resize(pp);
   out.storage_resizes.resize(pp);
   out.holds_output.assign(pp, false);
+  out.copied_from.assign(pp, -1);
+  out.copied_segment.resize(pp);
   PipeSchedule full;
   int k = 0;
   if (cfg.simulation.microbatch_extrapolation) {
@@ -350,6 +352,13 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
   PipelineSegmentCosts c;
   c.duration_s.resize(rec.ranks.size());
   for (size_t r = 0; r < rec.ranks.size(); ++r) {
+    // A rank built from an earlier one's segments (pipeline rank reuse): the same traces cost
+    // the same. The first rank is always recorded itself (its reports are kept below).
+    const int from = r < rec.copied_from.size() ? rec.copied_from[r] : -1;
+    if (r > 0 && from >= 0 && static_cast<size_t>(from) < r && rec.copied_segment[r].size() == rec.ranks[r].size()) {
+      for (size_t i : rec.copied_segment[r]) c.duration_s[r].push_back(c.duration_s[from].at(i));
+      continue;
+    }
     for (const PipelineSegment& seg : rec.ranks[r]) {
       double d = 0;
       if (r == 0) c.rank0_latency_bound.push_back(false);

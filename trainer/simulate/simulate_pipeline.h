@@ -1,5 +1,6 @@
 // Pipeline-parallel simulation: one representative rank per pipeline rank (pp coordinate,
-// every other coordinate 0) records the trainer's own step on the meta device, its trace cut
+// every other coordinate 0; ranks whose stages record alike share one recording,
+// pipeline_rank_reuse.h) records the trainer's own step on the meta device, its trace cut
 // at every schedule action; each action is costed on the device model, and the actions of
 // all pipeline ranks are replayed together in the schedule's order with send / recv costs
 // over the placed topology (devices/pipeline_replay.h). Bubbles, stage imbalance and transfer
@@ -58,6 +59,12 @@ struct RecordedPipeline {
   std::vector<std::vector<devices::StorageRecord>> storages;
   std::vector<std::vector<devices::StorageResize>> storage_resizes;
   std::vector<bool> holds_output;                     // per pipeline rank: the last stage
+  // Pipeline rank reuse (pipeline_rank_reuse.h): per rank, the rank whose recorded segments it
+  // was built from (-1: recorded itself) and, per segment of its own, the one it copies there.
+  // Costing takes those segments' costs instead of simulating the copies again. Whatever
+  // changes a rank's segments after recording must set its entry to -1.
+  std::vector<int> copied_from;
+  std::vector<std::vector<size_t>> copied_segment;
   int64_t param_elem_bytes = 4;
 };
 
@@ -72,6 +79,8 @@ struct RecordOptions;  // trace_recorder.h
 // stage for the same micro-batch (the first ones), the last for the last, and the last middle
 // one for every other: a micro-batch's traces differ only in whether it is first (gradients
 // created, not accumulated) or last. Recording is linear in micro-batches, replay is cheap.
+// With simulation.pipeline_rank_reuse, a rank whose key (pipeline_rank_reuse.h) an earlier
+// rank had is built from that rank's segments instead of recorded.
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
 // The micro-batch count record_pipeline records for `full` (its own count when none fewer
 // holds as many in flight, or the schedule cannot be rebuilt by name).
