@@ -100,6 +100,10 @@ void get(Reader& r, RecordedPipeline* p) {
       i = static_cast<size_t>(v);
     });
   });
+  if (p->copied_from.empty() && p->copied_segment.empty()) {  // a pipeline put together by hand: none copied
+    p->copied_from.assign(p->ranks.size(), -1);
+    p->copied_segment.resize(p->ranks.size());
+  }
   TITAN_CHECK(p->copied_from.size() == p->ranks.size() && p->copied_segment.size() == p->ranks.size(),
               "recording message: reuse entries for ", p->copied_from.size(), " of ", p->ranks.size(), " pipeline ranks");
   for (size_t q = 0; q < p->ranks.size(); ++q) {
