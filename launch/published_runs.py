@@ -133,6 +133,10 @@ def overrides(row, choice):
         over += ["--simulation.flash_attention", "false"]
     if zero1(row):
         over += ["--parallelism.fsdp_reshard_after_forward", "never"]
+    if "--tp-comm-overlap" in row["source_note"] and tp > 1:
+        # Megatron's TP communication overlap: the sequence-parallel gathers and scatters run
+        # chunk by chunk under the matmuls beside them (titan's simulated async TP).
+        over += ["--parallelism.enable_async_tensor_parallel", "true"]
     if pp > 1:
         # Megatron and NxD split the transformer layers evenly and put the embedding and the
         # output beside the first and last stage's layers (they count as no layers).

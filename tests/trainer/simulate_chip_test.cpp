@@ -63,5 +63,24 @@ TEST(SimulateChip, LayoutThatDoesNotFitIsRefusedUnlessAsked) {
   EXPECT_NE(format_report(r).find("DOES NOT FIT"), std::string::npos);
 }
 
+// A framework without flash attention (simulation.flash_attention = false, Megatron-LM 2021)
+// writes the S x S scores: the step costs the batched score GEMMs and softmax op by op, holds
+// the scores in memory, and takes longer than the same step with one flash kernel.
+TEST(SimulateChip, MaterialisedAttentionCostsScoresOpByOp) {
+  auto cost_of = [](const SimulationResult& r, const std::string& name) {
+    for (const auto& c : r.report.op_costs)
+      if (c.category == name) return c.seconds;
+    return 0.0;
+  };
+  const SimulationResult flash = simulate(small({"--simulation.device", "a100"}), false);
+  const SimulationResult scores =
+      simulate(small({"--simulation.device", "a100", "--simulation.flash_attention", "false"}), false);
+  EXPECT_GT(cost_of(flash, "titan::attention"), 0);
+  EXPECT_EQ(cost_of(scores, "titan::attention"), 0);
+  EXPECT_GT(cost_of(scores, "aten::bmm"), 0);
+  EXPECT_GT(scores.report.step_time_s, flash.report.step_time_s);
+  EXPECT_GT(scores.memory.activations, flash.memory.activations);
+}
+
 }  // namespace
 }  // namespace titan
