@@ -39,6 +39,20 @@ TEST(SimulateMemory, StateIsWhatTheTrainerStores) {
   EXPECT_EQ(rec.memory.fused().state_bytes, rec.memory.eager().state_bytes);
 }
 
+TEST(SimulateMemory, Bf16MastersHalveTheState) {
+  // training.master_dtype = bfloat16 (MaxText's weight_dtype): shards, gradients and AdamW
+  // moments in bf16, 8 bytes a parameter where fp32 masters take 16.
+  const RecordedStep fp32 = record_step(memory_config({"--activation_checkpoint.mode", "full"}));
+  const RecordedStep bf16 =
+      record_step(memory_config({"--activation_checkpoint.mode", "full", "--training.master_dtype", "bfloat16"}));
+  EXPECT_EQ(fp32.param_elem_bytes, 4);
+  EXPECT_EQ(bf16.param_elem_bytes, 2);
+  EXPECT_EQ(bf16.local_params, fp32.local_params);
+  const int64_t params = bf16.local_params * 2;
+  EXPECT_GE(bf16.memory.eager().state_bytes, 4 * params);
+  EXPECT_LT(bf16.memory.eager().state_bytes, 4 * params + (int64_t{1} << 20));
+}
+
 TEST(SimulateMemory, ActivationsFollowTheBatchAndCheckpointing) {
   auto peak = [](std::vector<std::string> extra) { return record_step(memory_config(extra)).memory.eager().peak_temporaries; };
   const int64_t none = peak({"--activation_checkpoint.mode", "none"});

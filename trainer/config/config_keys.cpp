@@ -67,6 +67,9 @@ Registry make_registry(JobConfig& c) {
         "dtype of parameters in compute (all-gather dtype under FSDP)");
   r.add("training", "mixed_precision_reduce", &c.training.mixed_precision_reduce,
         "dtype of gradient reduction");
+  r.add("training", "master_dtype", &c.training.master_dtype,
+        "under FSDP / HSDP / DDP: dtype of the stored parameters, their gradients and AdamW moments (float32 as "
+        "FSDP2; bfloat16 as MaxText's weight_dtype = bfloat16)");
   r.add("training", "seed", &c.training.seed, 0, kInf, "seed for initialization and data");
   r.add("training", "deterministic", &c.training.deterministic, "deterministic algorithms");
   r.add("training", "fused_kernels", &c.training.fused_kernels,

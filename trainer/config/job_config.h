@@ -57,6 +57,9 @@ struct TrainingSection {
   std::string dataset_path = "";
   Dtype mixed_precision_param = Dtype::kFloat32;
   Dtype mixed_precision_reduce = Dtype::kFloat32;
+  // Under FSDP / HSDP / DDP: the dtype of the stored parameters, and so of their gradients
+  // and AdamW moments (fp32: FSDP2's mixed precision; bfloat16: MaxText's weight_dtype).
+  Dtype master_dtype = Dtype::kFloat32;
   int64_t seed = 0;
   bool deterministic = false;
   bool fused_kernels = true;  // false: composite ATen ops (trainer/model/kernels/fused_kernels.h)

@@ -62,7 +62,7 @@ MemoryEstimate estimate(const JobConfig& cfg, const ParallelDims& dims, const Mo
   const double tp = static_cast<double>(dims.tp);
   const double act_bytes = bytes_of(cfg.training.mixed_precision_param);
   // Under FSDP / HSDP / DDP the stored parameters stay fp32 (FSDP2's mixed precision).
-  const double master_bytes = fp32_masters(dims) ? 4.0 : act_bytes;
+  const double master_bytes = fp32_masters(dims) ? bytes_of(cfg.training.master_dtype) : act_bytes;
   const double embed = static_cast<double>(a.num_embedding_params());
   const double layer_params = static_cast<double>(a.layer_params());
   const LayerKeep keep = layer_keep(cfg, dims, a);

@@ -136,9 +136,10 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   // Before the mesh's groups and every later collective, whose sizes follow the config.
   if (!on_meta_ && world_->size() > 1) check_ranks_agree(cfg_, args_.vocab_size, *world_->comm());
   mesh_ = ParallelDims(dims_).build_mesh(world_);
-  // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state stay fp32
-  // and mixed_precision_param is the dtype FSDP gathers and computes in (FSDP2's mixed
-  // precision policy); without those plans the model is built in that dtype itself.
+  // Under FSDP / HSDP / DDP the stored parameters, gradients and optimizer state are in
+  // training.master_dtype (fp32 by default) and mixed_precision_param is the dtype FSDP
+  // gathers and computes in (FSDP2's mixed precision policy); without those plans the model
+  // is built in that dtype itself.
   const bool fp32_masters = applies_fsdp(*mesh_);
   std::optional<PipelinePlan> plan;
   if (dims_.pp > 1) plan = plan_pipeline(cfg_, args_, dims_.pp, fp32_masters);
@@ -149,7 +150,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
                          plan ? &*plan : nullptr);
   }
   auto opts = torch::TensorOptions().dtype(
-      fp32_masters ? torch::kFloat32 : scalar_type(cfg_.training.mixed_precision_param));
+      fp32_masters ? scalar_type(cfg_.training.master_dtype) : scalar_type(cfg_.training.mixed_precision_param));
   model_ = Transformer(args_, cfg_.training.seq_len, on_meta_ ? opts.device(torch::kMeta) : opts);
   model_->set_fused_kernels(FusedKernels::all(cfg_.training.fused_kernels));
   // Full weights from the seed on every rank, then sharded: any mesh starts alike.
