@@ -137,12 +137,6 @@ Registry make_registry(JobConfig& c) {
   r.add("activation_checkpoint", "selective_ac_option", &c.activation_checkpoint.selective_ac_option,
         "selective: \"op\" keeps matmul (all but every 2nd), attention and reduce-scatter outputs of every "
         "block and recomputes the rest; N: as selective_every = N; \"\": selective_every");
-
-  r.add("metrics", "log_freq", &c.metrics.log_freq, 1, kInf, "steps between log lines");
-  r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,
-        "peak FLOP/s per rank for MFU (0: measured)");
-
-  r.add("profiling", "enable_profiling", &c.profiling.enable_profiling,
   r.add("activation_checkpoint", "policy", &c.activation_checkpoint.policy,
         "mode = \"policy\": MaxText's remat_policy: minimal, save_dot_with_context_except_mlp, "
         "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, minimal_offloaded, qkv_proj_offloaded, full "
@@ -152,6 +146,12 @@ Registry make_registry(JobConfig& c) {
         "key_proj, value_proj, qkv_proj, context, out_proj, mlpwi, mlpwi_0, mlpwi_1, mlpwo (the rest is recomputed)");
   r.add("activation_checkpoint", "offload_to_host", &c.activation_checkpoint.offload_to_host,
         "policy = \"custom\": tensors offloaded to host memory between forward and backward (same names)");
+
+  r.add("metrics", "log_freq", &c.metrics.log_freq, 1, kInf, "steps between log lines");
+  r.add("metrics", "peak_flops", &c.metrics.peak_flops, 0, kInf,
+        "peak FLOP/s per rank for MFU (0: measured)");
+
+  r.add("profiling", "enable_profiling", &c.profiling.enable_profiling,
         "Chrome trace of every profile_freq-th step (simulated: of the simulated step)");
   r.add("profiling", "save_traces_folder", &c.profiling.save_traces_folder, "under dump_folder");
   r.add("profiling", "profile_freq", &c.profiling.profile_freq, 1, kInf, "steps between traced steps");
@@ -178,11 +178,11 @@ Registry make_registry(JobConfig& c) {
         "how ops are dispatched on the device");
   r.add("simulation", "chip_file", &c.simulation.chip_file, "TOML file adding a chip");
   r.add("simulation", "allow_oom", &c.simulation.allow_oom, "report a layout that does not fit");
+  r.add("simulation", "flash_attention", &c.simulation.flash_attention,
+        "the simulated framework runs attention as one flash kernel (false: S x S scores materialised)");
   r.add("simulation", "microbatch_extrapolation", &c.simulation.microbatch_extrapolation,
         "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
   r.add("simulation", "pipeline_rank_reuse", &c.simulation.pipeline_rank_reuse,
-  r.add("simulation", "flash_attention", &c.simulation.flash_attention,
-        "the simulated framework runs attention as one flash kernel (false: S x S scores materialised)");
         "under PP, record one rank per kind of stage (layers, first / last, neighbours) and build the others from its segments");
   return r;
 }

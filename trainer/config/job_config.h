@@ -113,11 +113,6 @@ struct ActivationCheckpointSection {
   // TorchTitan's spelling: "op" (op-level selective AC), or N (every Nth block, in place of
   // selective_every); "": selective_every.
   std::string selective_ac_option;
-  // Selective AC with the op-level policy (parallel/activation_checkpoint.h).
-  bool op_level() const { return mode == AcMode::kSelective && selective_ac_option == "op"; }
-  // Layer-level selective: every how many blocks one is recomputed (selective_ac_option's N
-  // if it is one, else selective_every); a selective_ac_option that is neither "op" nor a
-  // positive integer is a config error naming the key and the value.
   // mode = "policy": MaxText's remat_policy (common/remat_policy.h): minimal,
   // save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj,
   // minimal_offloaded, qkv_proj_offloaded, full or custom; custom saves the tensors named in
@@ -125,6 +120,11 @@ struct ActivationCheckpointSection {
   std::string policy = "full";
   std::string save_on_device;
   std::string offload_to_host;
+  // Selective AC with the op-level policy (parallel/activation_checkpoint.h).
+  bool op_level() const { return mode == AcMode::kSelective && selective_ac_option == "op"; }
+  // Layer-level selective: every how many blocks one is recomputed (selective_ac_option's N
+  // if it is one, else selective_every); a selective_ac_option that is neither "op" nor a
+  // positive integer is a config error naming the key and the value.
   int64_t every() const;
 };
 
@@ -155,14 +155,14 @@ struct SimulationSection {
   // Under PP, ranks whose stages record the same segments are recorded once
   // (trainer/simulate/pipeline_rank_reuse.h).
   bool pipeline_rank_reuse = true;
-};
-
-// TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a
-// simulated step.
   // The simulated framework runs attention as one flash kernel (scores never reach HBM). false:
   // it materialises the S x S scores (scaled QK^T, mask, softmax, PV as separate kernels), as
   // frameworks did before FlashAttention (2022), e.g. Megatron-LM's fused softmax.
   bool flash_attention = true;
+};
+
+// TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a
+// simulated step.
 struct ProfilingSection {
   bool enable_profiling = false;
   std::string save_traces_folder = "profile_traces";  // under job.dump_folder

@@ -386,6 +386,11 @@ void TransformerImpl::init_weights(uint64_t seed) {
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& labels,
                                 double normalizer, bool fused) {
   if (fused && fusable(logits)) return fused_cross_entropy_sum(logits, labels, normalizer);
+  // A recording for a compiler that covers the whole step keeps the loss as one fusion: no
+  // fp32 copy or log-probabilities of the logits reach memory (trainer/simulate/trace_recorder.h).
+  if (logits.is_meta() && meta_records_fused_cross_entropy() && !(fused && fusable_on_meta(logits) && meta_records_fused_kernels()))
+    return meta_kernel(kFusedCrossEntropyScope, {logits, labels}, {logits, labels},
+                       [&] { return torch::empty({}, logits.options()); });
   return composite_or_stand_in(
       fused && fusable_on_meta(logits), kFusedCrossEntropyScope, {logits, labels},
       [&] { return torch::empty({}, logits.options()); }, [&] {
@@ -397,8 +402,3 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
 }
 
 }  // namespace titan
-  // A recording for a compiler that covers the whole step keeps the loss as one fusion: no
-  // fp32 copy or log-probabilities of the logits reach memory (trainer/simulate/trace_recorder.h).
-  if (logits.is_meta() && meta_records_fused_cross_entropy() && !(fused && fusable_on_meta(logits) && meta_records_fused_kernels()))
-    return meta_kernel(kFusedCrossEntropyScope, {logits, labels}, {logits, labels},
-                       [&] { return torch::empty({}, logits.options()); });

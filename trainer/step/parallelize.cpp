@@ -154,8 +154,6 @@ FsdpOptions::Reshard fsdp_reshard_policy(const JobConfig& cfg, bool pipeline) {
   return pipeline ? FsdpOptions::Reshard::kNever : FsdpOptions::Reshard::kDefault;
 }
 
-ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg, PipelineModel* pipeline) {
-  ParallelizedModel out;
 namespace {
 
 // The linear products of the model's blocks (all alike), for a remat policy to name them: the
@@ -178,6 +176,8 @@ BlockProducts block_products(const Transformer& model) {
 
 }  // namespace
 
+ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobConfig& cfg, PipelineModel* pipeline) {
+  ParallelizedModel out;
   const bool fused = cfg.training.fused_kernels;
   out.loss = [fused](const torch::Tensor& logits, const torch::Tensor& labels, double normalizer) {
     return cross_entropy_sum(logits, labels, normalizer, fused);
