@@ -133,6 +133,8 @@ def overrides(row, choice):
         over += ["--simulation.flash_attention", "false"]
     if zero1(row):
         over += ["--parallelism.fsdp_reshard_after_forward", "never"]
+    if "weight_dtype=bfloat16" in row["source_note"]:
+        over += ["--training.master_dtype", "bfloat16"]  # MaxText's bf16 weights (and moments)
     if "--tp-comm-overlap" in row["source_note"] and tp > 1:
         # Megatron's TP communication overlap: the sequence-parallel gathers and scatters run
         # chunk by chunk under the matmuls beside them (titan's simulated async TP).
