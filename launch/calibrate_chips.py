@@ -38,9 +38,11 @@ def has_measured_clock(chip):
 
 
 def trial_file(chip, share):
+    # The trial overrides the catalog chip under its own name: rules keyed to a generation
+    # (which torus axes wrap) must see the chip itself, not a renamed copy.
     path = os.path.join(work, f"{chip}-fit.toml")
     with open(path, "w") as f:
-        f.write(f'name = "{chip}-fit"\nbase = "{chip}"\n[compute]\n'
+        f.write(f'name = "{chip}"\nbase = "{chip}"\n[compute]\n'
                 f'fitted_clock_share = {{ value = {share:.6f}, source = "trial of launch/calibrate-chips" }}\n')
     return path
 
@@ -54,7 +56,7 @@ def log_errors(chip, rows, share):
     out = {}
     for row in rows:
         r = pr.simulate(exe, root, f"{work}/{chip}_{share:.4f}", row,
-                        ["--simulation.device", f"{chip}-fit", "--simulation.chip_file", path],
+                        ["--simulation.chip_file", path],
                         only=chosen.get(row["id"]))
         chosen.setdefault(row["id"], r["choice"])
         if "error" in r:
