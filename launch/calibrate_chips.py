@@ -125,6 +125,13 @@ for chip, chip_rows in sorted(by_chip.items()):
                   "; ".join(f"{k}: {100 * v:+.1f}%" for k, v in res.items()) +
                   f" | {100 * statistics.mean(abs(v) for v in res.values()):.1f}% |")
     print(report[-1], file=sys.stderr)
-if not only:
-    with open(os.path.join(root, "docs", "calibration", "fit.md"), "w") as f:
-        f.write("\n".join(report) + "\n")
+# A partial refit (chips named) keeps the other chips' rows of the last full fit.
+fit_md = os.path.join(root, "docs", "calibration", "fit.md")
+if only and os.path.exists(fit_md):
+    refit = {line.split(" | ")[0][2:] for line in report if line.startswith("| ") and " | " in line}
+    kept = [l.rstrip("\n") for l in open(fit_md) if l.startswith("| ") and not l.startswith("| chip")
+            and l.split(" | ")[0][2:] not in refit]
+    rows_out = sorted([l for l in report if l.startswith("| ") and not l.startswith("| chip")] + kept)
+    report = [l for l in report if not (l.startswith("| ") and not l.startswith("| chip"))] + rows_out
+with open(fit_md, "w") as f:
+    f.write("\n".join(report) + "\n")

@@ -133,6 +133,11 @@ def overrides(row, choice):
         over += ["--simulation.flash_attention", "false"]
     if zero1(row):
         over += ["--parallelism.fsdp_reshard_after_forward", "never"]
+    if row["id"].startswith(("maxtext", "tpurecipes")):
+        # MaxText under XLA: the weight-gradient dot returns bf16 and the SPMD partitioner
+        # reduce-scatters it there, before its cast to the fp32 master (an assumption about
+        # XLA's placement; docs/memory.md).
+        over += ["--training.mixed_precision_reduce", "bfloat16"]
     if "weight_dtype=bfloat16" in row["source_note"]:
         over += ["--training.master_dtype", "bfloat16"]  # MaxText's bf16 weights (and moments)
     if "--tp-comm-overlap" in row["source_note"] and tp > 1:
