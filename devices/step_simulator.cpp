@@ -344,20 +344,29 @@ class Replay {
     if (c.kind == CollectiveKind::kHostCopy) return add_host_copy(c, deps);
     const std::vector<AxisSegment> segments = placement_.group(c.group);
     CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
+    const double launch = cost.group_size > 1 ? launch_s : 0.0;
+    TimelineTask t = collective_task(c, segments, cost, 1.0, launch, launch);
+    t.deps = deps;
+    ++collectives_;
+    return timeline_.add(std::move(t));
+  }
+
+  // The task of collective c, or of its `share` (one ring step), on the physical axes its group
+  // spans: `launch` is this task's launch, `whole_launch` the whole collective's, which with
+  // its latency decides whether it counts as latency- or bandwidth-bound.
+  TimelineTask collective_task(const CollectiveDesc& c, const std::vector<AxisSegment>& segments,
+                               const CollectiveCost& cost, double share, double launch, double whole_launch) {
     TimelineTask t;
     t.stream = comm_stream(c.stream);
-    t.deps = deps;
-    const double launch = cost.group_size > 1 ? launch_s : 0.0;
-    t.duration_s = cost.total_s() + launch;
-    t.shared_s = cost.bandwidth_s;
+    t.duration_s = cost.total_s() * share + launch;
+    t.shared_s = cost.bandwidth_s * share;
     for (const AxisSegment& seg : segments)
       if (seg.count > 1) t.links.push_back(seg.axis);
     t.overhead_s = launch;
     t.overhead_category = "collective launch";
     t.category = std::string(collective_name(c.kind)) + " " + c.group;
-    t.basis = cost.latency_s + launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
-    ++collectives_;
-    return timeline_.add(std::move(t));
+    t.basis = cost.latency_s + whole_launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
+    return t;
   }
 
   // A collective async TP decomposes, as its tp - 1 ring steps on its stream, each a share of
@@ -369,14 +378,10 @@ class Replay {
     const CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
     const int64_t steps = tp_chunks(c) - 1;
     const double share = 1.0 / static_cast<double>(steps);
-    std::vector<int> links;
-    for (const AxisSegment& seg : segments)
-      if (seg.count > 1) links.push_back(seg.axis);
     const bool chunked = c.kind == CollectiveKind::kReduceScatter && !scatter_chunks_.empty();
     std::vector<int64_t> ids;
     for (int64_t s = 0; s < steps; ++s) {
-      TimelineTask t;
-      t.stream = comm_stream(c.stream);
+      TimelineTask t = collective_task(c, segments, cost, share, s == 0 ? launch_s : 0.0, launch_s);
       if (chunked) {
         t.deps = {scatter_chunks_[static_cast<size_t>(s)]};
         for (int64_t d : deps)
@@ -384,14 +389,6 @@ class Replay {
       } else if (s == 0) {
         t.deps = deps;
       }
-      const double launch = s == 0 ? launch_s : 0.0;
-      t.duration_s = cost.total_s() * share + launch;
-      t.shared_s = cost.bandwidth_s * share;
-      t.links = links;
-      t.overhead_s = launch;
-      t.overhead_category = "collective launch";
-      t.category = std::string(collective_name(c.kind)) + " " + c.group;
-      t.basis = cost.latency_s + launch_s > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
       ids.push_back(timeline_.add(std::move(t)));
     }
     scatter_chunks_.clear();
