@@ -357,6 +357,6 @@ with open(out, "w") as f:
         f.write("`launch/validate-cpu-sim 10 2` as run by this command:\n\n```\n" +
                 open(cpu_table).read() + "```\n")
     else:
-        f.write("Not rerun by this command (pass `--cpu`); see docs/cpu_validation.md for the "
+        f.write("Not rerun by this command (pass `--cpu`); see docs/notes/cpu_validation.md for the "
                 "last run and\nwhat the cpu device models (target: within 20% on a quiet host).\n")
 print(open(out).read())
