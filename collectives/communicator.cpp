@@ -236,6 +236,59 @@ WorkPtr Communicator::all_to_all(const at::Tensor& out, const at::Tensor& in) {
   });
 }
 
+namespace {
+// Rows per rank -> elements per rank; empty splits: equal blocks of rows.
+std::vector<int64_t> split_elements(const std::string& group, const char* which,
+                                    std::vector<int64_t> splits, const at::Tensor& t, int n) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t row = rows == 0 ? 0 : t.numel() / rows;
+  if (splits.empty()) {
+    TITAN_CHECK(rows % n == 0, "all_to_all_single on group '", group, "': no ", which,
+                " given and ", rows, " rows do not divide into ", n, " equal blocks");
+    splits.assign(n, rows / n);
+  }
+  TITAN_CHECK(static_cast<int>(splits.size()) == n, "all_to_all_single on group '", group,
+              "': ", which, " has ", splits.size(), " entries, group size is ", n);
+  int64_t total = 0;
+  for (int64_t& s : splits) {
+    TITAN_CHECK(s >= 0, "all_to_all_single on group '", group, "': negative entry in ", which);
+    total += s;
+    s *= row;
+  }
+  TITAN_CHECK(total == rows, "all_to_all_single on group '", group, "': ", which, " sum to ",
+              total, " rows, the tensor has ", rows);
+  return splits;
+}
+}  // namespace
+
+WorkPtr Communicator::all_to_all_single(const at::Tensor& out, const at::Tensor& in,
+                                        std::vector<int64_t> out_splits,
+                                        std::vector<int64_t> in_splits) {
+  check_tensor("all_to_all_single", out);
+  check_tensor("all_to_all_single", in);
+  TITAN_CHECK(out.scalar_type() == in.scalar_type(), "all_to_all_single on group '", name_,
+              "': out dtype ", out.scalar_type(), " != in dtype ", in.scalar_type());
+  TITAN_CHECK(out.dim() == in.dim() && (in.dim() < 2 || out.sizes().slice(1) == in.sizes().slice(1)),
+              "all_to_all_single on group '", name_, "': rows of out ", out.sizes(),
+              " and in ", in.sizes(), " differ in shape");
+  auto out_counts = split_elements(name_, "out_splits", std::move(out_splits), out, size());
+  auto in_counts = split_elements(name_, "in_splits", std::move(in_splits), in, size());
+  TITAN_CHECK(out_counts[rank_] == in_counts[rank_], "all_to_all_single on group '", name_,
+              "': rank ", rank_, " keeps ", in_counts[rank_], " elements of its own but expects ",
+              out_counts[rank_]);
+  if (size() == 1) {
+    if (in.numel() > 0) out.view_as(in).copy_(in);
+    return Work::completed();
+  }
+  return issue("all_to_all", nbytes(in),
+               [this, out, in, oc = std::move(out_counts), ic = std::move(in_counts)] {
+                 at::Tensor c_in = in.contiguous();
+                 with_contiguous(out, [&](const at::Tensor& c_out) {
+                   run_all_to_all_v(c_out, c_in, oc, ic);
+                 });
+               });
+}
+
 WorkPtr Communicator::send(const at::Tensor& t, int dst, int tag) {
   check_tensor("send", t);
   TITAN_CHECK(dst >= 0 && dst < size() && dst != rank_, "send on group '", name_,

@@ -29,6 +29,11 @@ using WorkPtr = std::shared_ptr<Work>;
 //   reduce_scatter: in.numel() == size() * out.numel(); rank r gets block r, reduced.
 //   all_to_all: in and out have equal numel, divisible by size(); block j of in goes to
 //   rank j, block r of out comes from rank r. all_reduce takes any numel.
+//   all_to_all_single (all-to-all-v): uneven blocks along dim 0. in_splits[j] rows of in
+//   (in order) go to rank j; out_splits[r] rows of out come from rank r. Rows are dim 0 of
+//   contiguous tensors whose other dims agree; sum(in_splits) == in.size(0), sum(out_splits)
+//   == out.size(0). out_splits must equal what the peers send (exchange the counts first);
+//   empty split lists mean equal blocks.
 //   Sizes that break these rules fail at issue time with a titan::Error naming group and
 //   sizes; sizes that differ between ranks are the caller's bug (undefined).
 // - Reductions add in rank order element by element (see reduce_kernels.h), so results
@@ -69,6 +74,8 @@ class Communicator {
                          const std::vector<at::Tensor>& ins, ReduceOp op = ReduceOp::kSum);
   WorkPtr broadcast(const at::Tensor& tensor, int root);
   WorkPtr all_to_all(const at::Tensor& out, const at::Tensor& in);
+  WorkPtr all_to_all_single(const at::Tensor& out, const at::Tensor& in,
+                            std::vector<int64_t> out_splits, std::vector<int64_t> in_splits);
   // Point to point within the group (peer is a group rank). A send must meet a recv with
   // the same tag; where fused mode queues them (non-contiguous tensors, a backend that posts
   // nothing) both wait behind earlier ops, so order pairs accordingly.
@@ -86,6 +93,10 @@ class Communicator {
   virtual void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) = 0;
   virtual void run_broadcast(const at::Tensor& tensor, int root) = 0;
   virtual void run_all_to_all(const at::Tensor& out, const at::Tensor& in) = 0;
+  // all_to_all_single: counts in elements (rows x row size), indexed by group rank.
+  virtual void run_all_to_all_v(const at::Tensor& out, const at::Tensor& in,
+                                const std::vector<int64_t>& out_counts,
+                                const std::vector<int64_t>& in_counts) = 0;
   virtual void run_send(const at::Tensor& tensor, int dst, int tag) = 0;
   virtual void run_recv(const at::Tensor& tensor, int src, int tag) = 0;
   virtual void run_barrier() = 0;

@@ -101,6 +101,12 @@ class SimCommunicator : public Communicator {
   void run_all_to_all(const at::Tensor&, const at::Tensor& in) override {
     record("all_to_all", nbytes(in));
   }
+  // Uneven blocks are costed by the bytes this rank sends (nccl-tests' all_to_all convention);
+  // the meta tensors' row counts carry the simulated routing.
+  void run_all_to_all_v(const at::Tensor&, const at::Tensor& in, const std::vector<int64_t>&,
+                        const std::vector<int64_t>&) override {
+    record("all_to_all", nbytes(in));
+  }
   void run_send(const at::Tensor& t, int, int) override { record("send", nbytes(t)); }
   void run_recv(const at::Tensor& t, int, int) override { record("recv", nbytes(t)); }
   void run_barrier() override { record("all_reduce", 0); }

@@ -121,6 +121,25 @@ void TransportCommunicator::run_all_to_all(const at::Tensor& out, const at::Tens
   std::memcpy(bytes_of(out) + rank() * m * es, bytes_of(in) + rank() * m * es, m * es);
 }
 
+// The backends' exchange is already count/displacement based (MPI_Alltoallv; gloo's
+// unbound-buffer sends and receives), so uneven blocks need only the displacements.
+void TransportCommunicator::run_all_to_all_v(const at::Tensor& out, const at::Tensor& in,
+                                             const std::vector<int64_t>& out_counts,
+                                             const std::vector<int64_t>& in_counts) {
+  const int n = size();
+  const size_t es = in.element_size();
+  send_displs_.assign(n, 0);
+  recv_displs_.assign(n, 0);
+  for (int r = 1; r < n; ++r) {
+    send_displs_[r] = send_displs_[r - 1] + in_counts[r - 1];
+    recv_displs_[r] = recv_displs_[r - 1] + out_counts[r - 1];
+  }
+  exchange(in.data_ptr(), in_counts, send_displs_, out.data_ptr(), out_counts, recv_displs_, es);
+  if (in_counts[rank()] > 0)
+    std::memcpy(bytes_of(out) + recv_displs_[rank()] * es,
+                bytes_of(in) + send_displs_[rank()] * es, in_counts[rank()] * es);
+}
+
 void TransportCommunicator::run_broadcast(const at::Tensor& t, int root) {
   bcast(t.data_ptr(), t.numel(), t.element_size(), root);
 }

@@ -54,6 +54,9 @@ class TransportCommunicator : public Communicator {
   void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) override;
   void run_broadcast(const at::Tensor& tensor, int root) override;
   void run_all_to_all(const at::Tensor& out, const at::Tensor& in) override;
+  void run_all_to_all_v(const at::Tensor& out, const at::Tensor& in,
+                        const std::vector<int64_t>& out_counts,
+                        const std::vector<int64_t>& in_counts) override;
   void run_send(const at::Tensor& tensor, int dst, int tag) override;
   void run_recv(const at::Tensor& tensor, int src, int tag) override;
   void run_barrier() override;
