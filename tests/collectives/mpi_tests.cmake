@@ -3,11 +3,11 @@
 # by the *_test.cpp glob.
 set(_coll ${CMAKE_CURRENT_LIST_DIR})
 
-add_executable(collectives_multirank ${_coll}/collectives_multirank.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+add_executable(collectives_multirank ${_coll}/collectives_multirank.cpp)
 titan_torch_target(collectives_multirank)
 target_link_libraries(collectives_multirank PRIVATE titan_collectives GTest::gtest)
 
-add_executable(collectives_timeout_probe ${_coll}/timeout_probe.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+add_executable(collectives_timeout_probe ${_coll}/timeout_probe.cpp)
 titan_torch_target(collectives_timeout_probe)
 target_link_libraries(collectives_timeout_probe PRIVATE titan_collectives)
 

@@ -1,6 +1,5 @@
 # Multi-rank DeviceMesh tests (included by tests/CMakeLists.txt).
-add_executable(parallel_multirank ${CMAKE_CURRENT_LIST_DIR}/device_mesh_multirank.cpp
-               ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+add_executable(parallel_multirank ${CMAKE_CURRENT_LIST_DIR}/device_mesh_multirank.cpp)
 titan_torch_target(parallel_multirank)
 target_link_libraries(parallel_multirank PRIVATE titan_parallel GTest::gtest)
 foreach(backend mpi gloo)
@@ -9,7 +8,7 @@ foreach(backend mpi gloo)
 endforeach()
 
 # Loss parity of FSDP / DDP / HSDP against a single process (tests/parallel/loss_parity.py).
-add_executable(parity_runner ${CMAKE_CURRENT_LIST_DIR}/parity_runner.cpp ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+add_executable(parity_runner ${CMAKE_CURRENT_LIST_DIR}/parity_runner.cpp)
 titan_torch_target(parity_runner)
 target_link_libraries(parity_runner PRIVATE titan_trainer)
 set(_fsdp4 --parallelism.data_parallel_shard_degree=4)

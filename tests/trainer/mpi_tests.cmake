@@ -16,8 +16,7 @@ endforeach()
 
 # Simulator: a simulated 4-chip step issues exactly the collectives (op, group, bytes, order
 # per group) of a real 4-rank step; FSDP 4, HSDP 2x2 and FSDP 2 x TP 2, fused and separate.
-add_executable(sim_collectives_multirank ${CMAKE_CURRENT_LIST_DIR}/sim_collectives_multirank.cpp
-               ${CMAKE_SOURCE_DIR}/cmake/pch.cpp)
+add_executable(sim_collectives_multirank ${CMAKE_CURRENT_LIST_DIR}/sim_collectives_multirank.cpp)
 titan_torch_target(sim_collectives_multirank)
 target_link_libraries(sim_collectives_multirank PRIVATE titan_trainer)
 target_compile_definitions(sim_collectives_multirank PRIVATE TITAN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
