@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/launcher_rank.h"
 
 namespace titan {
 
@@ -85,23 +86,15 @@ void detect_master(LaunchEnv& e) {
 }  // namespace
 
 LaunchEnv detect_launch_env() {
-  static const char* const kPairs[][2] = {{"TITAN_RANK", "TITAN_WORLD_SIZE"},
-                                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                                          {"PMI_RANK", "PMI_SIZE"},
-                                          {"SLURM_PROCID", "SLURM_NTASKS"}};
   LaunchEnv e;
-  for (const auto& pair : kPairs) {
-    const char* r = env(pair[0]);
-    const char* s = env(pair[1]);
-    if (!r && !s) continue;
-    TITAN_CONFIG_CHECK(r && s, "environment: ", pair[0], " and ", pair[1],
+  if (const LauncherVars v = launcher_vars(); v.rank_name) {
+    TITAN_CONFIG_CHECK(v.rank && v.size, "environment: ", v.rank_name, " and ", v.size_name,
                        " must be set together");
-    e.rank = parse_int(pair[0], r);
-    e.size = parse_int(pair[1], s);
-    e.source = std::string(pair[0]) + "/" + pair[1];
+    e.rank = parse_int(v.rank_name, v.rank);
+    e.size = parse_int(v.size_name, v.size);
+    e.source = std::string(v.rank_name) + "/" + v.size_name;
     TITAN_CONFIG_CHECK(e.size >= 1 && e.rank < e.size, "environment: ", e.source, " give rank ",
                        e.rank, " of ", e.size);
-    break;
   }
   if (const char* id = env("TITAN_RUN_ID")) {
     e.job_id = id;

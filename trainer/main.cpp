@@ -9,6 +9,7 @@
 #include "collectives/job_abort.h"
 #include "collectives/watchdog.h"
 #include "common/error.h"
+#include "common/launcher_rank.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
 #include "trainer/step/trainer.h"
@@ -18,25 +19,10 @@
 namespace {
 
 // A runtime failure on one rank of a multi-rank job ends every rank now (through the
-// collective layer's abort) instead of leaving the others waiting for their timeout.
-bool launched_with_peers() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "TITAN_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    const char* s = std::getenv(v);
-    if (s && std::atoi(s) > 1) return true;
-  }
-  return false;
-}
-
-// "rank 3: " under a launcher, so that a failure only one rank sees says which.
-std::string rank_prefix() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "TITAN_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* s = std::getenv(v)) return std::string("rank ") + s + ": ";
-  }
-  return "";
-}
-
+// collective layer's abort, when the launcher started peers) instead of leaving the others
+// waiting for their timeout; the message starts "rank 3: " (titan::launcher_rank_prefix()).
 [[noreturn]] void fail_runtime(const std::string& message) {
-  if (launched_with_peers()) titan::abort_job(rank_prefix() + message);  // prints "titan: <message>"
+  if (titan::launched_with_peers()) titan::abort_job(titan::launcher_rank_prefix() + message);  // prints "titan: <message>"
   std::cerr << "titan-train: " << message << std::endl;
   std::exit(1);
 }
@@ -46,7 +32,7 @@ std::string rank_prefix() {
 // their next collective until its timeout. The same mistake on every rank (one config file
 // for all) is printed once, by rank 0.
 [[noreturn]] void fail_config(const std::string& message) {
-  if (launched_with_peers()) titan::abort_job_agreeing(rank_prefix(), message, 2);
+  if (titan::launched_with_peers()) titan::abort_job_agreeing(titan::launcher_rank_prefix(), message, 2);
   std::cerr << "titan-train: " << message << std::endl;
   std::exit(2);
 }

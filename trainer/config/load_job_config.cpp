@@ -7,22 +7,11 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/launcher_rank.h"
 #include "common/remat_policy.h"
 #include "trainer/config/torchtitan_keys.h"
 
 namespace titan {
-namespace {
-
-// One line per job, not per rank: only the launcher's rank 0 (or a lone process) prints.
-bool first_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "TITAN_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* s = std::getenv(v);
-    if (s && std::atoi(s) != 0) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 int64_t ActivationCheckpointSection::every() const {
   const std::string& o = selective_ac_option;
@@ -115,7 +104,7 @@ JobConfig load_job_config(const std::vector<std::string>& args) {
   ss << in.rdbuf();
   apply_toml(cfg, ss.str(), cfg.source_file);
   for (auto& [k, v] : overrides) apply_override(cfg, k, v);
-  if (!cfg.ignored_keys.empty() && first_rank()) {
+  if (!cfg.ignored_keys.empty() && launcher_first_rank()) {
     std::string list;
     for (const auto& k : cfg.ignored_keys) list += (list.empty() ? "" : ", ") + k;
     std::cerr << "titan-train: warning: TorchTitan settings titan does not implement were ignored: "
@@ -126,7 +115,7 @@ JobConfig load_job_config(const std::vector<std::string>& args) {
   // one intra-op thread gives identical losses. An explicit training.threads is kept.
   if (cfg.training.deterministic && cfg.training.threads == 0) {
     cfg.training.threads = 1;
-    if (first_rank())
+    if (launcher_first_rank())
       std::cerr << "titan-train: deterministic: 1 intra-op thread per rank (set training.threads to trade "
                    "bit-identical losses for speed)" << std::endl;
   }
