@@ -143,6 +143,16 @@ struct ChipSpec {
   // matmul_efficiency); derived from the measured rate of a K = 16 product. 0 elsewhere.
   double matmul_k_overhead = 0;
 
+  // Power (devices/energy_model.h), watts: the chip's thermal design power and its idle draw,
+  // and per chip the rest of its host (CPUs, memory, NICs, fans, board) and its share of the
+  // network (switches, optics). 0: not known (no energy figures for the chip).
+  double tdp_w = 0, idle_w = 0, host_w_per_chip = 0, network_w_per_chip = 0;
+  // Reliability (devices/run_model.h): mean time between job-stopping failures, per chip, of
+  // the chip itself (with its HBM), its share of the host, of the network, and of the
+  // software stack, seconds (a job of N chips fails N times as often). 0: never.
+  double chip_mtbf_s = 0, host_mtbf_s = 0, link_mtbf_s = 0, software_mtbf_s = 0;
+  int64_t replace_chips = 1;  // chips swapped together when one fails (its host / instance)
+
   // Where the figures came from: the data file, and the source of each figure
   // ("compute.peak_bf16_flops" -> "NVIDIA H100 datasheet (dense)").
   std::string file;

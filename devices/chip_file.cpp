@@ -12,7 +12,7 @@
 namespace titan::devices {
 namespace {
 
-enum class Dim { kCount, kFraction, kFlops, kBytes, kBytesPerS, kSeconds, kHertz };
+enum class Dim { kCount, kFraction, kFlops, kBytes, kBytesPerS, kSeconds, kHertz, kWatts };
 
 struct Unit {
   const char* name;
@@ -21,7 +21,7 @@ struct Unit {
 };
 
 // Units a figure may be written in (`{ value = 400, unit = "Gb/s" }`); without a unit the
-// value is in the base unit of its dimension (bytes, bytes/s, FLOP/s, s, Hz).
+// value is in the base unit of its dimension (bytes, bytes/s, FLOP/s, s, Hz, W).
 constexpr Unit kUnits[] = {
     {"B", Dim::kBytes, 1},          {"GB", Dim::kBytes, 1e9},
     {"TB", Dim::kBytes, 1e12},      {"MiB", Dim::kBytes, 1048576.0},
@@ -33,6 +33,8 @@ constexpr Unit kUnits[] = {
     {"TFLOP/s", Dim::kFlops, 1e12}, {"s", Dim::kSeconds, 1},
     {"ms", Dim::kSeconds, 1e-3},    {"us", Dim::kSeconds, 1e-6},
     {"ns", Dim::kSeconds, 1e-9},    {"MHz", Dim::kHertz, 1e6},
+    {"min", Dim::kSeconds, 60},     {"h", Dim::kSeconds, 3600},
+    {"W", Dim::kWatts, 1},          {"kW", Dim::kWatts, 1e3},
     {"GHz", Dim::kHertz, 1e9},
 };
 
@@ -92,6 +94,15 @@ const std::vector<Field>& fields() {
        &ChipSpec::separate_collective_launch_s},
       {"dispatch", "compiled_fuses_matmul_epilogue", Dim::kCount, &ChipSpec::compiled_fuses_matmul_epilogue},
       {"dispatch", "compiled_covers_step", Dim::kCount, &ChipSpec::compiled_covers_step},
+      {"power", "tdp", Dim::kWatts, &ChipSpec::tdp_w},
+      {"power", "idle", Dim::kWatts, &ChipSpec::idle_w},
+      {"power", "host_per_chip", Dim::kWatts, &ChipSpec::host_w_per_chip},
+      {"power", "network_per_chip", Dim::kWatts, &ChipSpec::network_w_per_chip},
+      {"reliability", "chip_mtbf", Dim::kSeconds, &ChipSpec::chip_mtbf_s},
+      {"reliability", "host_mtbf", Dim::kSeconds, &ChipSpec::host_mtbf_s},
+      {"reliability", "link_mtbf", Dim::kSeconds, &ChipSpec::link_mtbf_s},
+      {"reliability", "software_mtbf", Dim::kSeconds, &ChipSpec::software_mtbf_s},
+      {"reliability", "replace_chips", Dim::kCount, &ChipSpec::replace_chips},
   };
   return f;
 }
@@ -110,7 +121,8 @@ std::string at(const std::string& path, const toml::node& n) {
 }
 
 constexpr const char* kTables =
-    "top level: name description base family; tables: compute memory fabric scale_out matmul kernels dispatch";
+    "top level: name description base family; tables: compute memory fabric scale_out matmul kernels dispatch "
+    "power reliability";
 
 std::string known_keys(const std::string& section) {
   std::string s;
