@@ -19,6 +19,12 @@ using WrapFn = std::function<torch::Tensor(const torch::Tensor&, const ForwardFn
 using BlockWrapFn =
     std::function<torch::Tensor(int64_t layer, const torch::Tensor& x, const ForwardFn& inner)>;
 
+// Attention over this rank's q [B, H, S, D], k and v [B, KV, S, D] (after RoPE) with the given
+// softmax scale, returning [B, H, S, D]: set, it replaces the model's own causal attention, so a
+// plan that splits the sequence (context parallel) can attend across ranks.
+using AttentionFn = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
+                                                const torch::Tensor& v, double scale)>;
+
 inline torch::Tensor apply_wrap(const WrapFn& wrap, const torch::Tensor& x, const ForwardFn& inner) {
   return wrap ? wrap(x, inner) : inner(x);
 }

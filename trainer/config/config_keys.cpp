@@ -87,7 +87,11 @@ Registry make_registry(JobConfig& c) {
         "FSDP shards (-1: inferred from the world size)");
   r.add("parallelism", "tensor_parallel_degree", &p.tensor_parallel_degree, 1, kInf, "TP");
   r.add("parallelism", "pipeline_parallel_degree", &p.pipeline_parallel_degree, 1, kInf, "PP");
-  r.add("parallelism", "context_parallel_degree", &p.context_parallel_degree, 1, kInf, "CP");
+  r.add("parallelism", "context_parallel_degree", &p.context_parallel_degree, 1, kInf,
+        "CP: the sequence split over cp ranks (two load-balanced chunks each), ring attention across them");
+  r.add("parallelism", "context_parallel_rotate_method", &p.context_parallel_rotate_method,
+        "how ring attention passes K/V: allgather (gather all at once) or alltoall (one ring step at a time, "
+        "overlapped with attention)");
   r.add("parallelism", "fsdp_reshard_after_forward", &p.fsdp_reshard_after_forward, "free gathered parameters after forward");
   r.add("parallelism", "fsdp_defer_gradient_sync", &p.fsdp_defer_gradient_sync,
         "gradient accumulation: skip FSDP's reduce-scatter until the last micro-batch");

@@ -75,6 +75,7 @@ struct ParallelismSection {
   int64_t tensor_parallel_degree = 1;
   int64_t pipeline_parallel_degree = 1;
   int64_t context_parallel_degree = 1;
+  std::string context_parallel_rotate_method = "allgather";  // or "alltoall" (parallel/context_parallel.h)
   ReshardPolicy fsdp_reshard_after_forward = ReshardPolicy::kDefault;
   bool fsdp_defer_gradient_sync = true;  // gradient accumulation: reduce once, after the last micro-batch
   bool enable_sequence_parallel = true;

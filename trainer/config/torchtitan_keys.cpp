@@ -44,7 +44,7 @@ const std::vector<std::string> kOnlyKeys = {
     "optimizer.implementation", "optimizer.early_step_in_backward",
     "training.compile", "training.enable_cpu_offload", "training.gc_freq", "training.gc_debug",
     "training.enable_float8_linear", "training.enable_compiled_autograd",
-    "parallelism.pipeline_parallel_split_points", "parallelism.context_parallel_rotate_method",
+    "parallelism.pipeline_parallel_split_points",
     "parallelism.expert_parallel_degree",
     "parallelism.expert_tensor_parallel_degree", "parallelism.enable_compiled_autograd",
     "checkpoint.interval_type", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_only",

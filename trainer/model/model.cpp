@@ -224,6 +224,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
                               [&] { return apply_rope(k, cos, sin); });
   }
   const int64_t H = q.size(1);
+  // A plan's attention across ranks (context parallel) in place of the local causal one.
+  if (attention_fn) return wo(attention_fn(q, k, v, 1.0 / std::sqrt(double(head_dim))).transpose(1, 2).reshape({B, S, H * head_dim}));
   torch::Tensor attn;
   const OpSaveAction act = op_save_next(SavedOp::kAttention);
   {

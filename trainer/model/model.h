@@ -61,6 +61,7 @@ class AttentionImpl : public torch::nn::Module {
   FusedKernels kernels;  // rope and attention; the norms carry their own switch
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  AttentionFn attention_fn;  // set by a plan (parallel/module_hooks.h); unset: causal attention here
 };
 TORCH_MODULE(Attention);
 

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
+#include "parallel/context_parallel.h"
 #include "parallel/op_save_hook.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
@@ -141,7 +142,22 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   // come from a scope that records no outputs (elsewhere the ops that made them wrote them).
   if (name == kKeptOutputScope && fuse_kernel_scopes && !f->suppressed)
     for (const auto& v : fn.inputs()) add_uses(v, &f->kept_inputs);
-  if (name == kAttentionScope && fuse_attention_scope) {
+  if (name == kRingAttentionBlockScope && fuse_attention_scope) {
+    // One block of ring attention (context parallel), in forward or in backward: one flash
+    // kernel of the block's shape, causal on the diagonal, full elsewhere.
+    auto in = fn.inputs();
+    TITAN_CHECK(in.size() == 5 && in[0].isTensor() && in[1].isTensor() && in[3].isBool() && in[4].isBool(),
+                kRingAttentionBlockScope, ": expected q, k, v, causal, backward as the scope's inputs");
+    const at::Tensor q = in[0].toTensor(), k = in[1].toTensor();
+    f->kernel = !f->suppressed;
+    f->suppress_children = true;
+    const devices::AttentionShape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), in[3].toBool(),
+                                    in[4].toBool()};
+    f->kernel_forward = {devices::attention_op(s, static_cast<int64_t>(q.element_size()))};
+    for (size_t i = 0; i < 3; ++i) add_uses(in[i], &f->kernel_forward[0].reads);
+    f->thread = fn.threadId();
+    f->seq_lo = at::sequence_number::peek();
+  } else if (name == kAttentionScope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
                 ": expected q and k as the scope's inputs");

@@ -69,12 +69,13 @@ MemoryEstimate estimate(const JobConfig& cfg, const ParallelDims& dims, const Mo
 
   MemoryEstimate e;
   e.init = static_cast<double>(a.num_params()) * master_bytes;
-  double micro_tokens = static_cast<double>(cfg.training.local_batch_size) * static_cast<double>(cfg.training.seq_len);
+  // A context-parallel rank holds seq_len / cp tokens of each sequence.
+  const double seq = static_cast<double>(cfg.training.seq_len) / static_cast<double>(dims.cp);
+  double micro_tokens = static_cast<double>(cfg.training.local_batch_size) * seq;
   double in_flight = 0, params = 0;  // kept elements per token at the peak; the rank's parameters
   bool any_recomputed = false, holds_output = true;
   if (plan) {
-    micro_tokens = static_cast<double>(cfg.parallelism.pipeline_parallel_microbatch_size) *
-                   static_cast<double>(cfg.training.seq_len);
+    micro_tokens = static_cast<double>(cfg.parallelism.pipeline_parallel_microbatch_size) * seq;
     // Several stages on a rank: each micro-batch in flight counts as the smallest of them.
     double smallest = std::numeric_limits<double>::infinity();
     holds_output = false;

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "parallel/activation_checkpoint.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/step/pipeline_model.h"
 
@@ -143,6 +144,23 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
 
 }  // namespace
 
+// Context parallel (parallel/context_parallel.h): every block's attention runs as ring attention
+// over cp, and the RoPE tables hold the positions of this rank's two chunks of the sequence.
+void apply_context_parallel(Transformer& model, Communicator& cp, const JobConfig& cfg) {
+  const CpRotate method = parse_cp_rotate(cfg.parallelism.context_parallel_rotate_method);
+  if (cp.size() == 1) return;
+  check_context_parallel(cfg.training.seq_len, cp.size());
+  for (size_t i = 0; i < model->layers.size(); ++i) {
+    auto& block = model->layers[i];
+    TITAN_CONFIG_CHECK(block && block->attention && !block->attention->attention_fn,
+                       "parallelism.context_parallel_degree (", cp.size(), "): layer ", i,
+                       " has no causal attention that ring attention can split over the sequence");
+    block->attention->attention_fn = ring_attention_fn(cp, method);
+  }
+  model->rope = {cp_shard_sequence(model->rope.cos, 0, cp.size(), cp.rank()),
+                 cp_shard_sequence(model->rope.sin, 0, cp.size(), cp.rank())};
+}
+
 bool applies_fsdp(const DeviceMesh& mesh) { return mesh.size("fsdp") > 1 || mesh.size("dp_replicate") > 1; }
 
 FsdpOptions::Reshard fsdp_reshard_policy(const JobConfig& cfg, bool pipeline) {
@@ -184,7 +202,9 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   };
   const int64_t tp = mesh.size("tp");
   const bool sp = tp > 1 && cfg.parallelism.enable_sequence_parallel;
-  check_tensor_parallel(model->args, tp, cfg.training.seq_len, sp);
+  // Sequence parallel splits what context parallel left of the sequence.
+  check_tensor_parallel(model->args, tp, cfg.training.seq_len / mesh.size("cp"), sp);
+  apply_context_parallel(model, *mesh["cp"], cfg);
   // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
   if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, out);
   if (pipeline) pipeline->apply(model, out);  // PP split after TP, before FSDP

@@ -37,6 +37,10 @@ torch::ScalarType scalar_type(Dtype dtype);
 // Checks that the model divides over the tensor-parallel degree; config errors otherwise.
 void check_tensor_parallel(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
 
+// Installs ring attention over `cp` in every block and shards the RoPE tables like the sequence
+// (context parallel); checks parallelism.context_parallel_rotate_method and training.seq_len.
+void apply_context_parallel(Transformer& model, Communicator& cp, const JobConfig& cfg);
+
 // Whether parallelize() shards or replicates parameters with FSDP units on this mesh
 // (FSDP, HSDP or DDP).
 bool applies_fsdp(const DeviceMesh& mesh);

@@ -62,7 +62,8 @@ PipelineModel::PipelineModel(const JobConfig& cfg, const ModelArgs& args, Device
   local_stages_ = schedule_.stages_of(rank_);
   const int64_t tp = mesh.size("tp");
   const bool sp = tp > 1 && p.enable_sequence_parallel;
-  seq_local_ = sp ? cfg.training.seq_len / tp : cfg.training.seq_len;
+  const int64_t seq = cfg.training.seq_len / cfg.parallelism.context_parallel_degree;  // context parallel's share
+  seq_local_ = sp ? seq / tp : seq;
   dim_ = args.dim;
   activation_options_ = torch::TensorOptions().dtype(scalar_type(cfg.training.mixed_precision_param));
   if (on_meta) activation_options_ = activation_options_.device(torch::kMeta);

@@ -13,6 +13,7 @@
 #endif
 
 #include "common/error.h"
+#include "parallel/context_parallel.h"
 #include "parallel/fsdp_observer.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/step/memory_limits.h"
@@ -114,8 +115,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   torch::manual_seed(cfg_.training.seed);
   if (!world_) world_ = init_distributed(comm_options(cfg_));
   dims_ = parallel_dims(cfg_, world_->size());
-  TITAN_CONFIG_CHECK(dims_.cp == 1, "context parallelism is not implemented yet (", dims_.to_string(),
-                     "); use data parallel, tensor parallel and pipeline parallel degrees");
+  check_context_parallel(cfg_.training.seq_len, dims_.cp);
 
   std::shared_ptr<const std::vector<int64_t>> tokens;
   if (on_meta_) {
@@ -295,9 +295,11 @@ Trainer::StepResult Trainer::train_step() {
   optimizer_->zero_grad();
   StepResult r;
   const int64_t micro = batch.inputs.size(0) / local_bs;
+  // Context parallel: this rank's two load-balanced chunks of every sequence.
+  const int64_t cp = mesh_->size("cp"), cp_rank = mesh_->coordinate("cp");
   for (int64_t m = 0; m < micro; ++m) {
-    auto in = batch.inputs.narrow(0, m * local_bs, local_bs);
-    auto lab = batch.labels.narrow(0, m * local_bs, local_bs);
+    auto in = cp_shard_sequence(batch.inputs.narrow(0, m * local_bs, local_bs), 1, cp, cp_rank);
+    auto lab = cp_shard_sequence(batch.labels.narrow(0, m * local_bs, local_bs), 1, cp, cp_rank);
     if (pipeline_) {
       r.loss += pipeline_step(in, lab, normalizer, !cfg_.parallelism.fsdp_defer_gradient_sync || m + 1 == micro);
       continue;
@@ -334,9 +336,10 @@ Trainer::StepResult Trainer::train_step() {
   if (pipeline_ && args_.tie_embeddings)
     pipeline_->sum_tied_gradients(registered_embedding(), parallel_.fsdp.get());
   // Tensor-parallel peers see the same tokens, so the loss is summed over dp only (and over
-  // pp, where only the last stage has it).
+  // pp, where only the last stage has it); context-parallel ranks each hold a part of every
+  // sequence's token sum (over the global batch's tokens), so over cp too.
   if (pipeline_) r.loss = all_reduce_sum(*(*mesh_)["pp"], r.loss);
-  r.loss = all_reduce_sum(*(*mesh_)["dp"], r.loss);
+  r.loss = all_reduce_sum(*(*mesh_)[cp > 1 ? "loss" : "dp"], r.loss);
   r.grad_norm = std::sqrt(global_grad_sq_norm());
   r.lr = cfg_.optimizer.lr * lr_factor(cfg_.lr_scheduler, cfg_.training.steps, step_);
   if (!skip_nonfinite(r)) {
