@@ -62,6 +62,13 @@ struct ChipSpec {
                                  // NVLink domain
   int64_t max_slice_chips = 0;   // largest single ICI slice (TPU); = fast domain elsewhere
   double hop_latency_s = 0;      // fast fabric latency per hop / per algorithm step
+  // Torus slices (TPU, Trainium): how many axes a slice has, and which axes close into rings.
+  // "axis-multiple": an axis wraps when its size is a multiple of wrap_edge; "whole-slice": every
+  // axis wraps when all axes are multiples of wrap_edge; "full-edge": an axis wraps only at
+  // size wrap_edge; "none". Data, not the chip's name, so a user chip based on one keeps it.
+  int64_t torus_dims = 0;
+  std::string wraparound;
+  int64_t wrap_edge = 0;
 
   std::string scale_out_fabric;       // "DCN", "EFA", "IB"
   double scale_out_bytes_per_s = 0;   // per chip, one direction

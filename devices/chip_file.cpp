@@ -68,6 +68,9 @@ const std::vector<Field>& fields() {
       {"fabric", "fast_domain_chips", Dim::kCount, &ChipSpec::fast_domain_chips},
       {"fabric", "max_slice_chips", Dim::kCount, &ChipSpec::max_slice_chips},
       {"fabric", "hop_latency_s", Dim::kSeconds, &ChipSpec::hop_latency_s},
+      {"fabric", "torus_dims", Dim::kCount, &ChipSpec::torus_dims},
+      {"fabric", "wraparound", Dim::kCount, &ChipSpec::wraparound},
+      {"fabric", "wrap_edge", Dim::kCount, &ChipSpec::wrap_edge},
       {"fabric", "efficiency", Dim::kFraction, &ChipSpec::link_efficiency},
       {"scale_out", "name", Dim::kCount, &ChipSpec::scale_out_fabric},
       {"scale_out", "bytes_per_s", Dim::kBytesPerS, &ChipSpec::scale_out_bytes_per_s},
@@ -291,6 +294,13 @@ void check_chip(const ChipSpec& c) {
   need(c.matmul_units > 0, "matmul.units");
   need(c.hbm_efficiency > 0, "memory.efficiency");
   need(c.vector_peak_fraction > 0, "kernels.vector_peak_fraction");
+  if (c.family == TopologyFamily::kSwitchedDomain) return;
+  need(c.torus_dims > 0, "fabric.torus_dims");
+  const bool known = c.wraparound == "axis-multiple" || c.wraparound == "whole-slice" ||
+                     c.wraparound == "full-edge" || c.wraparound == "none";
+  TITAN_CONFIG_CHECK(known, c.file, ": chip '", c.name, "': 'fabric.wraparound' must be one of axis-multiple "
+                     "whole-slice full-edge none, got '", c.wraparound, "'");
+  if (c.wraparound != "none") need(c.wrap_edge > 0, "fabric.wrap_edge");
 }
 
 }  // namespace titan::devices

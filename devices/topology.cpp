@@ -33,33 +33,22 @@ bool is_pow2_upto(int64_t x, int64_t cap) {
 
 // Dimensions (innermost first) a single slice / instance of this chip has.
 int64_t slice_rank(const ChipSpec& chip) {
-  switch (chip.family) {
-    case TopologyFamily::kTpuTorus3D: return 3;
-    case TopologyFamily::kTpuTorus2D: return 2;
-    case TopologyFamily::kTrainiumTorus: return chip.name == "trn2" ? 3 : 2;
-    case TopologyFamily::kSwitchedDomain: return 1;
-  }
-  return 1;
+  return chip.family == TopologyFamily::kSwitchedDomain ? 1 : chip.torus_dims;
 }
 
-// Wraparound rules, docs/hardware.md:
-//  v4: an axis wraps when its size is a multiple of 4 (OCS closes rings of whole cubes).
-//  v5p: wraparound only for slices made of full 4x4x4 cubes (then on every axis).
-//  v7: 3D torus of 64-chip cubes joined by optical switches; an axis that is a whole number of
-//      cubes is closed by the switches. Sub-cube slices own no OCS ports, so like v5p we
-//      require the whole slice to be cubes.
-//  v5e/v6e: only an axis of 16 (the full pod edge) wraps.
-//  trn1/trn2: the 4x4 instance torus closes only at its full edge of 4; the UltraServer ring
-//      of instances closes only with all 4 instances.
+// Wraparound rules are chip data (fabric.wraparound and wrap_edge, docs/hardware.md): v4 wraps an
+// axis that is a multiple of 4 (OCS closes rings of whole cubes); v5p and v7 only slices made of
+// whole 4x4x4 cubes (sub-cube slices own no OCS ports); v5e/v6e only an axis of 16, the pod edge;
+// trn1/trn2 only the full edge of 4 (the instance torus, the UltraServer ring of 4 instances).
 std::vector<bool> wrap_rule(const ChipSpec& chip, const std::vector<int64_t>& d) {
   std::vector<bool> w(d.size(), false);
-  bool all_cubes = std::all_of(d.begin(), d.end(), [](int64_t x) { return x % 4 == 0; });
+  const int64_t e = chip.wrap_edge;
+  const bool whole = e > 0 && std::all_of(d.begin(), d.end(), [e](int64_t x) { return x % e == 0; });
   for (size_t i = 0; i < d.size(); ++i) {
     if (d[i] <= 2) continue;  // a pair has one link; a ring needs 3+ chips
-    if (chip.name == "tpu-v4") w[i] = d[i] % 4 == 0;
-    else if (chip.name == "tpu-v5p" || chip.name == "tpu-v7") w[i] = all_cubes;
-    else if (chip.family == TopologyFamily::kTpuTorus2D) w[i] = d[i] == 16;
-    else if (chip.family == TopologyFamily::kTrainiumTorus) w[i] = d[i] == 4;
+    if (chip.wraparound == "axis-multiple") w[i] = d[i] % e == 0;
+    else if (chip.wraparound == "whole-slice") w[i] = whole;
+    else if (chip.wraparound == "full-edge") w[i] = d[i] == e;
   }
   return w;
 }

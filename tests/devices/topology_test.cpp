@@ -2,6 +2,8 @@
 // clear errors for shapes that cannot hold the chips.
 #include "devices/topology.h"
 
+#include "devices/chip_file.h"
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -57,6 +59,31 @@ TEST(Topology, WraparoundRulesPerGeneration) {
   for (const PhysicalAxis& a : sub.axes) EXPECT_FALSE(a.wraparound) << a.name;
   Topology cube = make_topology(find_chip("tpu-v5p"), 64, "4x4x4");
   for (const PhysicalAxis& a : cube.axes) EXPECT_TRUE(a.wraparound) << a.name;
+}
+
+TEST(Topology, WraparoundIsChipDataThatARenamedChipKeeps) {
+  // The rules come from the chip file, not the chip's name: a renamed v4 wraps as v4 does.
+  ChipSpec mine = find_chip("tpu-v4");
+  mine.name = "my-v4";
+  Topology t = make_topology(mine, 16, "2x2x4");
+  EXPECT_FALSE(t.axes[0].wraparound);
+  EXPECT_TRUE(t.axes[2].wraparound);
+  // And a what-if rule changes the torus: v4 with v5p's whole-slice rule has no ring here.
+  mine.wraparound = "whole-slice";
+  for (const PhysicalAxis& a : make_topology(mine, 16, "2x2x4").axes) EXPECT_FALSE(a.wraparound) << a.name;
+  mine.wraparound = "none";
+  for (const PhysicalAxis& a : make_topology(mine, 64, "4x4x4").axes) EXPECT_FALSE(a.wraparound) << a.name;
+  // Slice rank is chip data too: trn2's 3 axes (instance torus x UltraServer ring).
+  ChipSpec t2 = find_chip("trn2");
+  t2.name = "my-trn2";
+  EXPECT_EQ(make_topology(t2, 64, "4x4x4").axes.size(), 3u);
+}
+
+TEST(Topology, TorusChipWithoutWrapRuleIsAnError) {
+  ChipSpec c = find_chip("tpu-v4");
+  c.wraparound = "sometimes";
+  const std::string m = titan::error_of([&] { check_chip(c); }, ErrorKind::kConfig);
+  EXPECT_NE(m.find("fabric.wraparound"), std::string::npos) << m;
 }
 
 TEST(Topology, TrainiumAndGpu) {
