@@ -58,32 +58,56 @@ Fsdp::Fsdp(std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicat
       for (int64_t n : u->numels()) numels.push_back(n);
     o->plan(shard_group_->size(), numels);
   }
-  for (auto& u : units_) {
-    u->sync_ = &sync_;
-    u->reshard_after_backward_ = &reshard_after_backward_;
-    u->before_reduce = [this](FsdpUnit* next) {
-      if (last_reducing_ && last_reducing_ != next) last_reducing_->note_reduce_inputs_done();
-      last_reducing_ = next;
-    };
-    u->on_grad = [this] {
-      if (finish_queued_) return;
-      finish_queued_ = true;
-      torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
-    };
-  }
+  for (auto& u : units_) wire(*u);
+}
+
+void Fsdp::wire(FsdpUnit& unit) {
+  FsdpUnit* u = &unit;
+  u->sync_ = &sync_;
+  u->reshard_after_backward_ = &reshard_after_backward_;
+  u->before_reduce = [this](FsdpUnit* next) {
+    if (last_reducing_ && last_reducing_ != next) last_reducing_->note_reduce_inputs_done();
+    last_reducing_ = next;
+  };
+  u->on_grad = [this] {
+    if (finish_queued_) return;
+    finish_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  };
   // HSDP / DDP in fused mode: once a block's reduce-scatter is issued, the replica
   // all-reduce of blocks whose reduce-scatter went out earlier starts, so it overlaps the
   // rest of backward instead of waiting for finish_backward().
   if (replicate_group_->size() > 1 && fused()) {
-    for (auto& u : units_) {
-      u->on_reduce_issued = [this](FsdpUnit* issued) {
-        for (auto& other : units_) {
-          if (other.get() != issued && other->reducing() && !other->replicating()) {
-            other->start_replicate_reduce();
-          }
+    u->on_reduce_issued = [this](FsdpUnit* issued) {
+      for (FsdpUnit* other : all_units()) {
+        if (other != issued && other->reducing() && !other->replicating()) {
+          other->start_replicate_reduce();
         }
-      };
-    }
+      }
+    };
+  }
+}
+
+std::vector<FsdpUnit*> Fsdp::all_units() const {
+  std::vector<FsdpUnit*> out;
+  for (auto& u : units_) out.push_back(u.get());
+  for (auto& u : expert_units_) out.push_back(u.get());
+  return out;
+}
+
+void Fsdp::add_expert_units(std::shared_ptr<Communicator> expert_shard_group,
+                            std::vector<std::vector<NamedModule>> expert_blocks) {
+  TITAN_CHECK(expert_units_.empty(), "fsdp: expert units added twice");
+  const size_t blocks = units_.size() - (tied_ ? 1 : 2);
+  TITAN_CHECK(expert_blocks.size() == blocks, "fsdp: ", expert_blocks.size(), " expert unit lists for ", blocks,
+              " blocks");
+  expert_group_ = std::move(expert_shard_group);
+  const bool reshard = options_.reshard_after_forward != FsdpOptions::Reshard::kNever;
+  for (size_t i = 0; i < blocks; ++i) {
+    expert_units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i) + ".experts",
+                                                       std::move(expert_blocks[i]), *expert_group_,
+                                                       *replicate_group_, options_, reshard));
+    wire(*expert_units_.back());
   }
 }
 
@@ -130,15 +154,24 @@ WrapFn Fsdp::head_wrapper() {
 BlockWrapFn Fsdp::block_wrapper() {
   return [this](int64_t layer, const torch::Tensor& x, const ForwardFn& inner) {
     FsdpUnit& unit = *units_[1 + layer];
+    FsdpUnit* experts = expert_units_.empty() ? nullptr : expert_units_[layer].get();
     unit.install();
+    if (experts) experts->install();
     const bool has_next = static_cast<size_t>(layer + 2) < units_.size();
     if (fused() && has_next) units_[2 + layer]->issue_gather();
+    if (fused() && experts && static_cast<size_t>(layer + 1) < expert_units_.size())
+      expert_units_[layer + 1]->issue_gather();
     auto out = inner(x);
     if (!unit.reshard_after_forward()) return out;
     unit.reshard();
+    if (experts) experts->reshard();
     // In backward, block `layer - 1` comes next.
     // The root needs no prefetch: its own pre-backward ran first, at the logits.
     FsdpUnit* prev = layer > 0 && fused() ? units_[layer].get() : nullptr;
+    if (experts) {
+      FsdpUnit* prev_experts = layer > 0 && fused() ? expert_units_[layer - 1].get() : nullptr;
+      out = pre_backward(out, experts, prev_experts);
+    }
     return pre_backward(out, &unit, prev);
   };
 }
@@ -147,21 +180,22 @@ void Fsdp::finish_backward() {
   finish_queued_ = false;
   last_reducing_ = nullptr;
   // Units whose gradients arrived only in part (unused parameters) reduce what they have.
-  for (auto& u : units_) {
+  const std::vector<FsdpUnit*> units = all_units();
+  for (FsdpUnit* u : units) {
     if (!u->reducing()) u->issue_reduce();
   }
-  for (auto& u : units_) u->complete_reduce();
+  for (FsdpUnit* u : units) u->complete_reduce();
   // Kept gathered, a pipeline step's later backward calls still read them (reshard_all ends it).
   if (reshard_after_backward_) reshard_all();
 }
 
 void Fsdp::reshard_all() {
-  for (auto& u : units_) u->reshard();
+  for (FsdpUnit* u : all_units()) u->reshard();
 }
 
 FsdpShard Fsdp::shard_of(const torch::Tensor& param) const {
-  const int64_t rank = shard_group_->rank();
-  for (auto& u : units_) {
+  for (FsdpUnit* u : all_units()) {
+    const int64_t rank = u->shard_group().rank();
     for (auto& p : u->params()) {
       if (!p.shard.is_same(param)) continue;
       FsdpShard s;
@@ -172,6 +206,13 @@ FsdpShard Fsdp::shard_of(const torch::Tensor& param) const {
       return s;
     }
   }
+  TITAN_FAIL("fsdp: the tensor asked for is not a parameter sharded by this plan");
+}
+
+Communicator& Fsdp::shard_group_of(const torch::Tensor& param) const {
+  for (FsdpUnit* u : all_units())
+    for (auto& p : u->params())
+      if (p.shard.is_same(param)) return u->shard_group();
   TITAN_FAIL("fsdp: the tensor asked for is not a parameter sharded by this plan");
 }
 

@@ -63,6 +63,15 @@ class Fsdp {
        std::vector<std::vector<NamedModule>> blocks, std::vector<NamedModule> head, bool tied);
   ~Fsdp();
 
+  // Expert parallelism (parallel/expert_parallel.h): block i's expert weights,
+  // expert_blocks[i], form a unit of their own sharded over `expert_shard_group` (efsdp, the
+  // ranks holding the same experts) instead of the shard group. It is gathered, installed,
+  // resharded and reduced alongside block i's unit; gradients sum over efsdp (the expert
+  // exchange's backward already brought every ep peer's tokens' contribution) and over the
+  // replicate group. Call once, before the first forward; a list may be empty.
+  void add_expert_units(std::shared_ptr<Communicator> expert_shard_group,
+                        std::vector<std::vector<NamedModule>> expert_blocks);
+
   // Hooks to install on the model: the root wrapper around the whole forward, the block
   // wrapper around each block (layer i -> block unit i), and (untied only) the wrappers of
   // the embedding module and of the final norm, where the embedding and head units gather.
@@ -92,6 +101,8 @@ class Fsdp {
 
   // The shard of a parameter this plan manages (by identity); throws for any other tensor.
   FsdpShard shard_of(const torch::Tensor& param) const;
+  // The group that parameter is sharded over (the shard group, or efsdp for expert weights).
+  Communicator& shard_group_of(const torch::Tensor& param) const;
   const FsdpOptions& options() const { return options_; }
   bool fused() const;
 
@@ -99,6 +110,11 @@ class Fsdp {
   std::shared_ptr<Communicator> shard_group_, replicate_group_;
   FsdpOptions options_;
   std::vector<std::unique_ptr<FsdpUnit>> units_;  // [0] embedding (tied: head), [1 + i] block i, [last] head
+  std::shared_ptr<Communicator> expert_group_;
+  std::vector<std::unique_ptr<FsdpUnit>> expert_units_;  // [i] block i's experts (none without EP)
+  // Every unit, expert ones included.
+  std::vector<FsdpUnit*> all_units() const;
+  void wire(FsdpUnit& unit);
   bool tied_ = false;
   bool sync_ = true;
   bool reshard_after_backward_ = true;

@@ -67,6 +67,7 @@ class FsdpUnit {
   }
 
   const std::string& name() const { return name_; }
+  Communicator& shard_group() const { return shard_group_; }
   std::vector<ShardedParam>& params() { return params_; }
 
   // Issues the all-gather of every shard (one coalesced async op in fused mode).
