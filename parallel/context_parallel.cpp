@@ -76,7 +76,10 @@ Partial block_forward(const torch::Tensor& q, const torch::Tensor& k, const torc
   RECORD_FUNCTION(kRingAttentionBlockScope, std::vector<c10::IValue>({q, k, v, causal, false}));
   const int64_t H = q.size(1);
   auto s = block_scores(q.to(torch::kFloat32), expand_kv(k, H).to(torch::kFloat32), causal, scale);
-  auto lse = torch::logsumexp(s, -1);
+  // log-sum-exp by its row max (every kept row has a key: the diagonal's first), as
+  // torch::logsumexp has no meta kernel in libtorch 1.13.
+  auto hi = s.amax(-1, /*keepdim=*/true);
+  auto lse = hi.squeeze(-1) + torch::exp(s - hi).sum(-1).log();
   auto p = torch::exp(s - lse.unsqueeze(-1));
   Partial out{torch::matmul(p, expand_kv(v, H).to(torch::kFloat32)), lse};
   if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{out.out, out.lse});  // what the kernel writes

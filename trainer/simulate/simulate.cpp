@@ -71,10 +71,8 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
   out.chip = simulated_chip(cfg);
   const int64_t chips = cfg.simulation.num_chips;
   out.dims = parallel_dims(cfg, chips);  // degrees must multiply to num_chips
-  // Context parallelism joins the simulation through parallelize() once it exists (the
-  // Trainer refuses it too).
-  TITAN_CONFIG_CHECK(out.dims.cp == 1, "context parallelism is not implemented yet (", out.dims.to_string(),
-                     "); use data parallel, tensor parallel and pipeline parallel degrees");
+  // Context parallel records rank 0 of cp like any other: with the causal load balancing every
+  // cp rank does the same attention work (parallel/context_parallel.h).
   if (place) out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
   if (out.dims.pp > 1) {
     out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip, execution_mode(cfg))));
@@ -129,7 +127,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   const bool fused = devices::execution_overheads(chip, o.execution).fuse_elementwise;
   // A compiler that schedules the whole step (XLA) places each FSDP gather and reduce-scatter
   // around the weight's own uses (devices/trace_memory.h, per_use).
-  const bool per_use = o.execution == devices::ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
+  const bool per_use = devices::compiles_whole_step(chip, o.execution);
   f.memory = rec.memory.of(fused, per_use);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
