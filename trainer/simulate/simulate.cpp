@@ -127,7 +127,7 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   const bool fused = devices::execution_overheads(chip, o.execution).fuse_elementwise;
   // A compiler that schedules the whole step (XLA) places each FSDP gather and reduce-scatter
   // around the weight's own uses (devices/trace_memory.h, per_use).
-  const bool per_use = devices::compiles_whole_step(chip, o.execution);
+  const bool per_use = o.execution == devices::ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
   f.memory = rec.memory.of(fused, per_use);
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
