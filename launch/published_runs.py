@@ -48,11 +48,18 @@ def layout(row):
 
 
 def zero1(row):
-    # Optimizer state sharded over the replicas, weights and gradients whole on each (ZeRO-1,
-    # Megatron's distributed optimizer): FSDP that gathers once per step and keeps the weights
-    # (fsdp_reshard_after_forward = never) moves and holds the same bytes.
+    """True when the source states ZeRO-1 / Megatron's distributed optimizer, None when it leaves
+    optimizer sharding open (NeuronX Distributed offers ZeRO-1 and its 70B rows do not say),
+    False otherwise."""
+    # Optimizer state sharded over the replicas, weights and gradients whole on each: FSDP that
+    # gathers once per step and keeps the weights (fsdp_reshard_after_forward = never) moves and
+    # holds the same bytes.
     note = row["source_note"]
-    return "ZeRO-1" in note or "distributed optimizer" in note
+    if "ZeRO-1" in note or "distributed optimizer" in note:
+        return True
+    if row["id"].startswith("neuron_") and int(row["dp_rep"]) > 1:
+        return None
+    return False
 
 
 def flops_per_token(row, convention):
@@ -108,7 +115,7 @@ def ac_overrides(spec):
 
 def overrides(row, choice):
     """titan-train overrides for a row run with one choice of what its source left open."""
-    microbatch, ac, schedule = choice
+    microbatch, ac, schedule, sharded_optimizer = choice
     rep, shard, tp, pp = layout(row)
     dp = rep * shard
     gbs = int(row["global_batch"])
@@ -120,8 +127,8 @@ def overrides(row, choice):
             "--model.vocab_size", row["vocab"], "--model.tie_embeddings", row["tied"],
             "--simulation.device", row["device"], "--simulation.num_chips", row["chips"],
             "--training.seq_len", row["seq"], "--training.global_batch_size", str(gbs),
-            "--parallelism.data_parallel_replicate_degree", str(rep if not zero1(row) else 1),
-            "--parallelism.data_parallel_shard_degree", str(shard if not zero1(row) else dp),
+            "--parallelism.data_parallel_replicate_degree", str(1 if sharded_optimizer else rep),
+            "--parallelism.data_parallel_shard_degree", str(dp if sharded_optimizer else shard),
             "--parallelism.tensor_parallel_degree", str(tp),
             "--parallelism.pipeline_parallel_degree", str(pp),
             "--simulation.execution", row["execution"]]
@@ -131,7 +138,7 @@ def overrides(row, choice):
         over += ["--simulation.topology", row["topology"]]
     if row["attention"] != "flash":
         over += ["--simulation.flash_attention", "false"]
-    if zero1(row):
+    if sharded_optimizer:
         over += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if row["id"].startswith(("maxtext", "tpurecipes")):
         # MaxText under XLA: the weight-gradient dot returns bf16 and the SPMD partitioner
@@ -162,14 +169,15 @@ def overrides(row, choice):
 
 
 def choices(row):
-    """(micro-batch, recompute, (schedule, virtual stages per rank)) to try.
+    """(micro-batch, recompute, (schedule, virtual stages per rank), ZeRO-1) to try.
 
     What a source publishes is used as it is. What it does not (Megatron's micro-batch,
     recompute and pipeline schedule) is chosen as a user tuning the run would: the fastest
     simulated step that fits, over recompute none / selective / full, micro-batches up to 8
     (1 under PP, which keeps the bubble and the in-flight activations smallest), and under PP
     1F1B or Megatron's interleaved 1F1B with the fewest virtual stages per rank (more than one)
-    that divide its layers (where the micro-batches divide too)."""
+    that divide its layers (where the micro-batches divide too), and with or without ZeRO-1
+    where the framework offers it and the source does not say."""
     rep, shard, tp, pp = layout(row)
     local = int(row["global_batch"]) // (rep * shard)
     given = row["remat"] or row["ac"]
@@ -184,7 +192,9 @@ def choices(row):
     per_rank = int(row["n_layers"]) // pp
     if pp > 1 and row["pp_schedule"] == "" and per_rank * pp == int(row["n_layers"]) and per_rank > 1:
         scheds.append(("Interleaved1F1B", next(v for v in range(2, per_rank + 1) if per_rank % v == 0)))
-    return [(mb, ac, sc) for ac in acs for mb in mbs for sc in scheds
+    z = zero1(row)
+    zs = [False, True] if z is None else [z]
+    return [(mb, ac, sc, zo) for zo in zs for ac in acs for mb in mbs for sc in scheds
             if pp == 1 or (sc[1] == 1 or (local // mb) % pp == 0)]
 
 
