@@ -79,8 +79,57 @@ Placement place_mesh(const Topology& topology, const std::vector<MeshDim>& mesh)
   return p;
 }
 
+namespace {
+
+// "ep4" -> 4 when name is prefix + digits, else 0.
+int64_t sized_name(const std::string& name, const std::string& prefix) {
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return 0;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+// The group's n innermost members (inner = true) or the members at one place in each block of
+// n (inner = false): segments in (axis, stride) order are the group's ranks innermost first;
+// a segment the boundary falls in splits into an inner and an outer piece.
+std::vector<AxisSegment> Placement::split_group(const std::string& base, int64_t n, bool inner,
+                                                const std::string& name) const {
+  std::vector<AxisSegment> in, out;
+  int64_t left = n;
+  for (const AxisSegment& s : group(base)) {
+    if (left == 1) {
+      out.push_back(s);
+    } else if (left % s.count == 0) {
+      in.push_back(s);
+      left /= s.count;
+    } else {
+      TITAN_CONFIG_CHECK(s.count % left == 0, "process group '", name, "': ", n, " ranks do not split ", base,
+                         " on this placement (", describe(), ")");
+      AxisSegment a = s, b = s;
+      a.count = left;
+      b.count = s.count / left;
+      b.stride = s.stride * left;
+      a.ring = is_ring(topology.axes[a.axis], a);
+      b.ring = is_ring(topology.axes[b.axis], b);
+      in.push_back(a);
+      out.push_back(b);
+      left = 1;
+    }
+  }
+  TITAN_CONFIG_CHECK(left == 1, "process group '", name, "': ", n, " ranks exceed ", base, " (", group_size(base), ")");
+  return inner ? in : out;
+}
+
 std::vector<AxisSegment> Placement::group(const std::string& name) const {
   if (name == "pp_ends") return pipeline_ends();
+  if (int64_t n = sized_name(name, "ep")) return split_group("dp_shard_cp", n, true, name);
+  if (int64_t m = sized_name(name, "efsdp")) {
+    const int64_t all = group_size("dp_shard_cp");
+    TITAN_CONFIG_CHECK(all % m == 0, "process group '", name, "': ", m, " does not divide dp_shard x cp (", all, ")");
+    return split_group("dp_shard_cp", all / m, false, name);
+  }
   std::vector<std::string> dims;
   auto has = [&](const std::string& n) {
     return std::any_of(mesh.begin(), mesh.end(), [&](const MeshDim& d) { return d.name == n; });

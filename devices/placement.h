@@ -35,9 +35,13 @@ struct Placement {
   // flattened name the trainer uses: "dp" = dp_replicate+dp_shard, "dp_shard_cp" =
   // dp_shard+cp, "dp_cp" / "loss" = dp_replicate+dp_shard+cp, "world" = every dim.
   // "pp_ends": the first and the last pipeline rank (a tied embedding's gradient sum).
+  // Expert parallelism's groups, which split dp_shard x cp: "ep<N>" = its N innermost ranks
+  // (the experts' token exchange), "efsdp<M>" = the M ranks at the same place in each block of
+  // those (the experts' FSDP group); N x M must be the dp_shard x cp size.
   // An unknown name is a config error listing the mesh dims.
   std::vector<AxisSegment> group(const std::string& name) const;
   std::vector<AxisSegment> pipeline_ends() const;  // the "pp_ends" pair
+  std::vector<AxisSegment> split_group(const std::string& base, int64_t n, bool inner, const std::string& name) const;
   int64_t group_size(const std::string& name) const;
   std::string describe() const;  // e.g. "tp=4 -> x[4 line]; dp_shard=2048 -> x[4/4 torus] y..."
 };
