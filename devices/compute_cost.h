@@ -129,6 +129,11 @@ struct ExecutionOverheads {
   double outside_host_per_op_s = 0, outside_launch_per_kernel_s = 0;
 };
 ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode);
+// A compiler schedules the whole step, not only the blocks (XLA on TPU and Trainium: compiled
+// mode on an accelerator whose compiler covers the step): it fuses the loss into the logits'
+// consumers (trainer/simulate/trace_recorder.h) and places each FSDP gather and
+// reduce-scatter around the weight's own uses (devices/trace_memory.h, per_use).
+bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode);
 
 class ComputeModel {
  public:

@@ -77,6 +77,10 @@ ExecutionOverheads execution_overheads(const ChipSpec& chip, ExecutionMode mode)
   return o;
 }
 
+bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode) {
+  return mode == ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
+}
+
 // HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
 // With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
 // it (and not from the epilogue's accumulators), and written if an op after the kernel reads

@@ -44,15 +44,11 @@ nlohmann::json point_json(const Point& p, const PriceTable& prices) {
   j["reason"] = p.reason;
   const bool ok = p.verdict == Verdict::kOk;
   auto num = [&](double v) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  j["step_time_s"] = num(r.report.step_time_s);
-  j["tokens_per_s_per_chip"] = num(r.tokens_per_s_per_chip);
-  j["tflops_per_chip"] = num(r.tflops_per_chip);
-  j["mfu"] = num(r.mfu_percent);
+  // The step's figures as simulation.json names them (trainer/simulate/simulate.h).
+  for (const StepFigure& f : step_figures()) j[f.name] = num(f.of(r));
   j["memory_gib"] = has ? nlohmann::json(r.memory.total_gib()) : nlohmann::json(nullptr);
   j["memory_capacity_gib"] = has ? nlohmann::json(static_cast<double>(r.memory.capacity) / devices::kGiB)
                                  : nlohmann::json(nullptr);
-  j["compute_s"] = num(p.breakdown.compute_s);
-  j["exposed_comm_s"] = num(p.breakdown.exposed_comm_s);
   // "all_gather=0.0123 reduce_scatter=0.0045": seconds per kind, one field in CSV and JSONL.
   std::ostringstream kinds;
   kinds.precision(8);

@@ -80,6 +80,15 @@ struct SimulationResult {
   std::vector<double> pipeline_rank_memory_gib;
 };
 
+// The step's throughput figures, each under one name: titan-train's simulation.json and the
+// study's results.csv / results.jsonl (study/results_io.cpp) both write them from this list,
+// so the two share one schema for them (simulation_report.cpp).
+struct StepFigure {
+  const char* name;
+  double (*of)(const SimulationResult&);
+};
+const std::vector<StepFigure>& step_figures();
+
 // What a replay takes from its recording: the device report and the recording's per-rank
 // counts. SimulationResult adds what follows from the config (batch, MFU, memory), so that
 // layer extrapolation (layer_extrapolation.h) can scale these figures from shallow
@@ -126,6 +135,7 @@ SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, cons
 // recorded: where to keep cfg's recording (for a trace of it), if wanted.
 SimulationResult simulate(const JobConfig& cfg, bool other_mode = true, RecordedStep* recorded = nullptr);
 
+// Reports (simulation_report.cpp).
 // "pp 2 x dp_shard 64 x tp 4" (degrees above 1), "single chip" when none.
 std::string layout_string(const ParallelDims& d);
 

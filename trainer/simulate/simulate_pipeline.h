@@ -19,6 +19,7 @@
 #include "devices/step_simulator.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/config/job_config.h"
+#include "trainer/simulate/microbatch_extrapolation.h"
 
 namespace titan {
 
@@ -70,21 +71,13 @@ struct RecordedPipeline {
 
 struct RecordOptions;  // trace_recorder.h
 
-// Records every pipeline rank's step (sim World of `chips` ranks). recording: what the
-// recorder keeps as one kernel, after the chip (record_options).
-// With simulation.microbatch_extrapolation, a named schedule is recorded with the fewest
-// micro-batches (at least 3: a first, a middle and a last) whose schedule holds as many
-// micro-batches in flight on every rank as the full one, so that the memory walk is the full
-// step's; each action of the full schedule then replays the recorded segment of the same op and
-// stage for the same micro-batch (the first ones), the last for the last, and the last middle
-// one for every other: a micro-batch's traces differ only in whether it is first (gradients
-// created, not accumulated) or last. Recording is linear in micro-batches, replay is cheap.
+// Records every pipeline rank's step (sim World of `chips` ranks; simulate_pipeline.cpp).
+// recording: what the recorder keeps as one kernel, after the chip (record_options).
+// With simulation.microbatch_extrapolation, a named schedule is recorded with fewer
+// micro-batches and replayed over the full one (microbatch_extrapolation.h).
 // With simulation.pipeline_rank_reuse, a rank whose key (pipeline_rank_reuse.h) an earlier
 // rank had is built from that rank's segments instead of recorded.
 RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
-// The micro-batch count record_pipeline records for `full` (its own count when none fewer
-// holds as many in flight, or the schedule cannot be rebuilt by name).
-int recorded_microbatch_count(const PipeSchedule& full);
 
 // A rank's recorded segments indexed: each action by (schedule run, op, stage, micro-batch),
 // the plain segments (batch, gradient reduction, optimizer) before each action, and those
@@ -111,8 +104,8 @@ struct PipelineReplayReport {
   std::vector<std::vector<devices::PipeTiming>> timing;
 };
 
-// Every segment costed on its own (the schedule's composition left to
-// compose_pipeline_step): what layer extrapolation scales from shallow recordings.
+// The replay (simulate_pipeline_replay.cpp). Every segment costed on its own (the
+// schedule's composition left to compose_pipeline_step): what layer extrapolation scales from shallow recordings.
 struct PipelineSegmentCosts {
   std::vector<std::vector<double>> duration_s;  // per pipeline rank, per recorded segment (a receive: 0)
   std::vector<devices::StepReport> rank0;       // the first pipeline rank's non-p2p segments
