@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "study/goodput.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
 
@@ -83,6 +84,7 @@ namespace {
 
 struct Row {
   std::string device, model, layout, detail, tps, mfu, price, cost, source;
+  std::string goodput = "-", run_cost = "-", kwh = "-";  // the whole run (study/goodput.h)
 };
 
 Row row_of(const Point& p, const PriceTable& prices) {
@@ -119,6 +121,11 @@ Row row_of(const Point& p, const PriceTable& prices) {
   } else {
     r.cost = "-";
   }
+  const RunFigures f = run_figures(p, prices);
+  std::ostringstream gp, rc, kwh;
+  if (f.ok) gp << std::fixed << std::setprecision(1) << 100 * f.run.goodput, r.goodput = gp.str();
+  if (f.has_price) rc << std::fixed << std::setprecision(3) << f.usd_per_mtok, r.run_cost = rc.str();
+  if (f.has_energy) kwh << std::fixed << std::setprecision(3) << f.energy.kwh_per_mtok, r.kwh = kwh.str();
   return r;
 }
 
@@ -128,12 +135,14 @@ std::string format_best_layout_table(const BestLayoutTable& t, const PriceTable&
   std::ostringstream os;
   os << std::left << std::setw(11) << "device" << std::setw(14) << "model" << std::setw(40) << "best layout"
      << std::right << std::setw(11) << "tok/s/chip" << std::setw(7) << "MFU %" << std::setw(9) << "$/chip-h"
-     << std::setw(9) << "$/Mtok" << "  searched\n";
+     << std::setw(9) << "$/Mtok" << std::setw(10) << "goodput %" << std::setw(11) << "run $/Mtok" << std::setw(10)
+     << "kWh/Mtok" << "  searched\n";
   for (size_t i = 0; i < t.best.size(); ++i) {
     const Row r = row_of(t.best[i], prices);
     os << std::left << std::setw(11) << r.device << std::setw(14) << r.model << std::setw(40) << r.layout
        << std::right << std::setw(11) << r.tps << std::setw(7) << r.mfu << std::setw(9) << r.price << std::setw(9)
-       << r.cost << "  " << t.searched[i] << "\n";
+       << r.cost << std::setw(10) << r.goodput << std::setw(11) << r.run_cost << std::setw(10) << r.kwh << "  "
+       << t.searched[i] << "\n";
     os << "           " << r.detail << "\n";
   }
   return os.str();
@@ -144,14 +153,21 @@ std::string write_best_layout_markdown(const std::string& path, const BestLayout
   std::ofstream f(path);
   TITAN_CHECK(f.good(), "cannot write ", path);
   f << "| device | model | best layout | micro-batching, AC, collectives | tokens/s/chip | MFU % | $/chip-hour | "
-       "$/M tokens |\n|---|---|---|---|---:|---:|---:|---:|\n";
+       "$/M tokens (step) | goodput % | $/M tokens (run) | kWh/M tokens |\n"
+       "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& p : t.best) {
     const Row r = row_of(p, prices);
     f << "| " << r.device << " | " << r.model << " | " << r.layout << " | " << r.detail << " | " << r.tps << " | "
-      << r.mfu << " | " << r.price << " | " << r.cost << " |\n";
+      << r.mfu << " | " << r.price << " | " << r.cost << " | " << r.goodput << " | " << r.run_cost << " | " << r.kwh
+      << " |\n";
   }
+  if (!t.best.empty())
+    f << "\nThe run columns are for " << t.best.front().cfg.goodput.total_tokens
+      << " tokens (goodput.total_tokens): goodput is the useful share of the expected wall time once failures, "
+         "restarts, lost work, checkpoint saves and stragglers are counted; $ and kWh cover the whole wall time "
+         "(docs/goodput.md).\n";
   f << "\nPrices (US$ per chip-hour) from " << prices.file << ":\n\n";
-  for (const auto& [dev, pr] : prices.by_device) f << "- " << dev << ": " << pr.usd_per_chip_hour << " (" << pr.source << ")\n";
+  for (const auto& [dev, pr] : prices.by_device) f << "- " << dev << ": " << pr.usd_per_chip_hour << " (" << pr.kind << "; " << pr.source << ")\n";
   return path;
 }
 

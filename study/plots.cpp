@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
@@ -59,44 +61,55 @@ bool is_png(const std::string& path) {
   return f.gcount() == 8 && std::equal(sig, sig + 8, reinterpret_cast<const char*>(png));
 }
 
+std::string draw_line_plot(const std::string& folder, const std::string& name, const std::string& what,
+                           const std::string& title, const std::string& ylabel, const std::string& x_key,
+                           const std::vector<std::string>& keys, const std::vector<Point>& points,
+                           const std::function<std::optional<double>(const Point&)>& value) {
+  if (x_key.empty()) return "";
+  std::filesystem::create_directories(folder);
+  const std::string base = folder + "/" + name + "_" + what;
+  // One data block per series (gnuplot's `index`), x ascending as the sweep lists it.
+  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  std::vector<std::string> order;
+  for (const auto& p : points) {
+    if (p.verdict != Verdict::kOk) continue;
+    const std::optional<double> y = value(p);
+    if (!y) continue;
+    const std::string s = series_label(p, x_key, keys);
+    if (!series.count(s)) order.push_back(s);
+    series[s].emplace_back(std::stod(key_value(p.cfg, x_key)), *y);
+  }
+  std::ofstream dat(base + ".dat");
+  for (const auto& s : order) {
+    dat << "# " << s << "\n";
+    for (auto& [x, y] : series[s]) dat << x << " " << y << "\n";
+    dat << "\n\n";
+  }
+  dat.close();
+  std::ofstream gp(base + ".gp");
+  gp << "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\nset output " << quoted(base + ".png") << "\n"
+     << "set title " << quoted(name + ": " + title) << "\nset xlabel " << quoted(x_key) << "\nset ylabel "
+     << quoted(ylabel) << "\nset grid\nset key outside right\nset yrange [0:*]\n";
+  if (x_key == "simulation.num_chips") gp << "set logscale x 2\nset format x '%.0f'\n";
+  gp << "plot ";
+  for (size_t i = 0; i < order.size(); ++i)
+    gp << (i ? ", " : "") << quoted(base + ".dat") << " index " << i << " using 1:2 with linespoints lw 2 title "
+       << quoted(order[i]);
+  gp << "\n";
+  gp.close();
+  if (order.empty()) return "";
+  run_gnuplot(base + ".gp");
+  return base + ".png";
+}
+
 std::vector<std::string> draw_plots(const std::string& folder, const std::string& name, const std::string& x_key,
                                     const std::vector<std::string>& keys, const std::vector<Point>& points) {
   std::filesystem::create_directories(folder);
   std::vector<std::string> pngs;
   const std::string base = folder + "/" + name;
-  if (!x_key.empty()) {
-    // One data block per series (gnuplot's `index`), x ascending as the sweep lists it.
-    std::map<std::string, std::vector<std::pair<double, double>>> series;
-    std::vector<std::string> order;
-    for (const auto& p : points) {
-      if (p.verdict != Verdict::kOk) continue;
-      const std::string s = series_label(p, x_key, keys);
-      if (!series.count(s)) order.push_back(s);
-      series[s].emplace_back(std::stod(key_value(p.cfg, x_key)), p.result.mfu_percent);
-    }
-    std::ofstream dat(base + "_mfu.dat");
-    for (const auto& s : order) {
-      dat << "# " << s << "\n";
-      for (auto& [x, y] : series[s]) dat << x << " " << y << "\n";
-      dat << "\n\n";
-    }
-    dat.close();
-    std::ofstream gp(base + "_mfu.gp");
-    gp << "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\nset output " << quoted(base + "_mfu.png") << "\n"
-       << "set title " << quoted(name + ": MFU (simulated)") << "\nset xlabel " << quoted(x_key)
-       << "\nset ylabel 'MFU (%)'\nset grid\nset key outside right\nset yrange [0:*]\n";
-    if (x_key == "simulation.num_chips") gp << "set logscale x 2\nset format x '%.0f'\n";
-    gp << "plot ";
-    for (size_t i = 0; i < order.size(); ++i)
-      gp << (i ? ", " : "") << quoted(base + "_mfu.dat") << " index " << i << " using 1:2 with linespoints lw 2 title "
-         << quoted(order[i]);
-    gp << "\n";
-    gp.close();
-    if (!order.empty()) {
-      run_gnuplot(base + "_mfu.gp");
-      pngs.push_back(base + "_mfu.png");
-    }
-  }
+  const std::string mfu = draw_line_plot(folder, name, "mfu", "MFU (simulated)", "MFU (%)", x_key, keys, points,
+                                         [](const Point& p) { return std::optional<double>(p.result.mfu_percent); });
+  if (!mfu.empty()) pngs.push_back(mfu);
   // Stacked shares of the step time, exposed communication by collective kind (the kinds
   // any point exposes, in first-seen order).
   std::vector<std::string> kinds;

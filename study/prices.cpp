@@ -33,7 +33,15 @@ PriceTable read_prices(const std::string& path) {
     auto source = (*d)["source"].value<std::string>();
     TITAN_CONFIG_CHECK(price && *price > 0, where, ".usd_per_chip_hour must be a number > 0");
     TITAN_CONFIG_CHECK(source && !source->empty(), where, ".source must say where the price comes from");
-    t.by_device[device] = {*price, *source};
+    auto kind = (*d)["kind"].value<std::string>();
+    TITAN_CONFIG_CHECK(kind && (*kind == "list" || *kind == "reserved" || *kind == "assumed"), where,
+                       ".kind must be \"list\", \"reserved\" or \"assumed\"", kind ? ", got \"" + *kind + "\"" : "");
+    for (const auto& [key, node] : *d) {
+      const std::string k(key.str());
+      TITAN_CONFIG_CHECK(k == "usd_per_chip_hour" || k == "source" || k == "kind", where, ": unknown key '", k,
+                         "' (known: usd_per_chip_hour kind source)");
+    }
+    t.by_device[device] = {*price, *source, *kind};
   }
   return t;
 }

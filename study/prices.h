@@ -12,6 +12,9 @@ namespace titan::study {
 struct Price {
   double usd_per_chip_hour = 0;
   std::string source;  // where the figure comes from, or "assumed: why"
+  // "list" (a provider's published on-demand rate), "reserved" (a published committed-use
+  // rate) or "assumed" (no published rate: the rule used is in source).
+  std::string kind;
 };
 
 struct PriceTable {
@@ -21,7 +24,7 @@ struct PriceTable {
 };
 
 std::string default_prices_path();  // <source dir>/study/prices.toml
-// Reads [device] tables with usd_per_chip_hour and source (both required).
+// Reads [device] tables with usd_per_chip_hour, kind and source (all required).
 PriceTable read_prices(const std::string& path);
 
 // US dollars per million tokens at `tokens_per_s_per_chip`.

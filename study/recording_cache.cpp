@@ -32,6 +32,7 @@ std::string RecordingCache::key(const JobConfig& cfg) {
   k.checkpoint = CheckpointSection{};
   k.training.steps = 1;
   k.lr_scheduler = LrSchedulerSection{};
+  k.goodput = GoodputSection{};  // the run model reads only the replay's figures
   return config_to_toml(k) + "\nfused_attention = " + (fused_attention ? "true" : "false") +
          "\nhost_fused_kernels = " + (host_kernels ? "true" : "false") + "\n";
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "study/goodput.h"
 
 namespace titan::study {
 
@@ -16,7 +17,9 @@ const std::vector<std::string>& result_columns() {
       "activation_checkpoint", "pipeline_schedule", "local_batch_size", "global_batch_size", "seq_len",
       "microbatches", "verdict", "reason", "step_time_s", "tokens_per_s_per_chip", "tflops_per_chip", "mfu",
       "memory_gib", "memory_capacity_gib", "compute_s", "exposed_comm_s", "exposed_comm_by_kind", "bubble_s",
-      "idle_s", "usd_per_chip_hour", "usd_per_million_tokens"};
+      "idle_s", "usd_per_chip_hour", "usd_per_million_tokens", "goodput", "run_wall_days", "run_failures",
+      "checkpoint_interval_s", "straggler_factor", "run_usd", "run_usd_per_million_tokens", "kwh_per_million_tokens",
+      "gco2_per_million_tokens", "assumed_figures"};
   return c;
 }
 
@@ -60,6 +63,20 @@ nlohmann::json point_json(const Point& p, const PriceTable& prices) {
   j["usd_per_chip_hour"] = price ? nlohmann::json(price->usd_per_chip_hour) : nlohmann::json(nullptr);
   j["usd_per_million_tokens"] =
       price && ok ? nlohmann::json(usd_per_million_tokens(*price, r.tokens_per_s_per_chip)) : nlohmann::json(nullptr);
+  // The whole run (study/goodput.h): goodput, wall time, cost and energy of goodput.total_tokens.
+  const RunFigures f = run_figures(p, prices);
+  auto run = [&](bool have, double v) { return have ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  const bool fin = f.ok && f.run.finishes;
+  j["goodput"] = run(f.ok, f.run.goodput);
+  j["run_wall_days"] = run(fin, f.run.wall_s / 86400);
+  j["run_failures"] = run(fin, f.run.failures);
+  j["checkpoint_interval_s"] = run(f.ok, f.run.interval_s);
+  j["straggler_factor"] = run(f.ok, f.run.straggler_factor);
+  j["run_usd"] = run(f.has_price, f.usd);
+  j["run_usd_per_million_tokens"] = run(f.has_price, f.usd_per_mtok);
+  j["kwh_per_million_tokens"] = run(f.has_energy, f.energy.kwh_per_mtok);
+  j["gco2_per_million_tokens"] = run(f.has_energy, f.energy.gco2_per_mtok);
+  j["assumed_figures"] = f.assumed;
   return j;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "study/best_layout_table.h"
+#include "study/goodput.h"
 #include "study/layout_search.h"
 #include "study/plots.h"
 #include "study/recorder_pool.h"
@@ -185,13 +186,20 @@ int study_main(const std::vector<std::string>& args) {
     std::cout << format_best_layout_table(t, prices);
     std::cout << "wrote " << write_results(out, keys, t.best, prices) << "\n";
     std::cout << "wrote " << write_best_layout_markdown(out + "/table.md", t, prices) << "\n";
+    if (plots)
+      if (const std::string png = draw_goodput_plot(out, sweep.name, sweep.x_key, keys, t.best, prices); !png.empty())
+        std::cout << "wrote " << png << "\n";
     return 0;
   }
   SweepRun run = run_sweep(base, sweep.combinations(), cache, threads, "titan-study " + sweep.name);
   print_stats("sweep", run.stats, cache);
+  std::cout << format_goodput_table(run.points, keys, prices);
   std::cout << "wrote " << write_results(out, keys, run.points, prices) << "\n";
-  if (plots)
+  if (plots) {
     for (const auto& png : draw_plots(out, sweep.name, sweep.x_key, keys, run.points)) std::cout << "wrote " << png << "\n";
+    if (const std::string png = draw_goodput_plot(out, sweep.name, sweep.x_key, keys, run.points, prices); !png.empty())
+      std::cout << "wrote " << png << "\n";
+  }
   return 0;
 }
 

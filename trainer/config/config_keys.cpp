@@ -188,6 +188,26 @@ Registry make_registry(JobConfig& c) {
         "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
   r.add("simulation", "pipeline_rank_reuse", &c.simulation.pipeline_rank_reuse,
         "under PP, record one rank per kind of stage (layers, first / last, neighbours) and build the others from its segments");
+
+  // titan-study's run model (devices/run_model.h, devices/energy_model.h; docs/goodput.md).
+  r.add("goodput", "total_tokens", &c.goodput.total_tokens, 1, kInf, "tokens of the whole run (wall time, cost, energy)");
+  r.add("goodput", "checkpoint_interval_s", &c.goodput.checkpoint_interval_s, 0, kInf,
+        "compute seconds between checkpoints (0: Young/Daly optimum for the job's failure rate)");
+  r.add("goodput", "storage_bytes_per_s", &c.goodput.storage_bytes_per_s, 1, kInf,
+        "checkpoint storage bandwidth of the whole cluster, bytes/s (each chip gets its share, at most its scale-out link)");
+  r.add("goodput", "detect_s", &c.goodput.detect_s, 0, kInf, "seconds from a failure to its detection");
+  r.add("goodput", "restart_s", &c.goodput.restart_s, 0, kInf,
+        "seconds to replace a failed node when no spare is free, restart and re-initialise");
+  r.add("goodput", "spare_restart_s", &c.goodput.spare_restart_s, 0, kInf,
+        "seconds to swap in a hot spare (or restart in place after a software failure) and re-initialise");
+  r.add("goodput", "spare_fraction", &c.goodput.spare_fraction, 0, 1, "hot spare chips as a share of the job's chips (paid, idle)");
+  r.add("goodput", "repair_h", &c.goodput.repair_h, 0, kInf, "hours a failed node stays out of the spare pool");
+  r.add("goodput", "straggler_sigma", &c.goodput.straggler_sigma, 0, 1,
+        "per-chip step-time jitter, standard deviation as a share of the step (the step waits for the slowest chip)");
+  r.add("goodput", "slow_chip_fraction", &c.goodput.slow_chip_fraction, 0, 1, "share of chips that are persistently slow");
+  r.add("goodput", "slow_chip_slowdown", &c.goodput.slow_chip_slowdown, 0, kInf, "how much slower a slow chip is (0.1: 10%)");
+  r.add("goodput", "pue", &c.goodput.pue, 1, 10, "data-centre power usage effectiveness");
+  r.add("goodput", "grid_gco2_per_kwh", &c.goodput.grid_gco2_per_kwh, 0, 5000, "grid carbon intensity, gCO2 per kWh");
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/model_args.h"
+#include "common/run_settings.h"
 #include "trainer/config/config_enums.h"
 
 namespace titan {
@@ -162,6 +163,9 @@ struct SimulationSection {
   bool flash_attention = true;
 };
 
+// [goodput]: the run model of titan-study (common/run_settings.h, docs/goodput.md).
+using GoodputSection = RunSettings;
+
 // TorchTitan's [profiling]: Chrome traces of real steps (trainer/step_profiler.h) and of a
 // simulated step.
 struct ProfilingSection {
@@ -183,6 +187,7 @@ struct JobConfig {
   ProfilingSection profiling;
   CommSection comm;
   SimulationSection simulation;
+  GoodputSection goodput;
   std::string source_file;  // the TOML file it came from, "" if none
   // TorchTitan keys (and values) read but not implemented; load_job_config warns once.
   std::vector<std::string> ignored_keys;
