@@ -43,6 +43,8 @@ for p in pr.load(root):
     r = pr.simulate(exe, root, work, p)
     rep, shard, tp, pp = pr.layout(p)
     lay = " x ".join(f"{n} {v}" for n, v in (("DP", rep), ("FSDP", shard), ("TP", tp), ("PP", pp)) if v > 1)
+    if "choice" in r and r["choice"][3] and rep > 1:  # optimizer state sharded over the replicas
+        lay = lay.replace(f"DP {rep}", f"DP {rep} (ZeRO-1)", 1)
     rows.append(dict(what=p["id"], vendor=pr.vendor(p), chip=p["device"], chips=int(p["chips"]),
                      model=p["model"], layout=lay or "1 chip", metric="tokens/s/chip",
                      convention=pr.convention(p) or "none (tokens)",
