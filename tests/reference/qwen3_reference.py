@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from qwen3_moe_reference import bias_after_step, moe_block
+
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
@@ -69,8 +71,10 @@ def mlp(x, p, pre, activation):
     return a @ p[pre + "feed_forward.w2.weight"].T
 
 
-def forward(p, cfg, tokens):
-    """tokens [B, S] -> logits [B, S, V]; p maps titan parameter names to tensors."""
+def forward(p, cfg, tokens, state=None):
+    """tokens [B, S] -> logits [B, S, V]; p maps titan parameter names to tensors. state (dict):
+    MoE blocks' expert biases in, auxiliary losses and loads out (qwen3_moe_reference.py)."""
+    state = {} if state is None else state
     B, S = tokens.shape
     D, eps = cfg["head_dim"], cfg["norm_eps"]
     cos, sin = rope_tables(S, D, cfg["rope_theta"])
@@ -96,15 +100,21 @@ def forward(p, cfg, tokens):
         attn = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
         h = h + attn.transpose(1, 2).reshape(B, S, -1) @ p[pre + "attention.wo.weight"].T
         x = rms_norm(h, p[pre + "ffn_norm.weight"], eps)
-        h = h + mlp(x, p, pre, cfg.get("mlp_activation", "swiglu"))
+        if pre + "moe.router.weight" in p:
+            h = h + moe_block(x, p, pre, cfg, state)
+        else:
+            h = h + mlp(x, p, pre, cfg.get("mlp_activation", "swiglu"))
     h = rms_norm(h, p["norm.weight"], eps)
     out_w = p["output.weight"] if "output.weight" in p else p["tok_embeddings.weight"]
     return h @ out_w.T
 
 
-def train_step(params, cfg, inputs, labels, opt, before_step=None):
-    logits = forward(params, cfg, inputs)
+def train_step(params, cfg, inputs, labels, opt, before_step=None, state=None):
+    state = {} if state is None else state
+    logits = forward(params, cfg, inputs, state)
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+    for aux in state.get("aux", []):  # MoE load-balancing terms
+        loss = loss + aux
     opt.zero_grad()
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["max_norm"])
@@ -132,6 +142,9 @@ def check(in_path, cpp_path, tol, optimizer_on_cpp_grads):
     tensors, meta = read_safetensors(in_path)
     cfg = json.loads(meta["config"])
     inputs, labels = tensors.pop("inputs"), tensors.pop("labels")
+    # MoE expert biases ("buffer.layers.N.moe.expert_bias"), keyed by their layer prefix.
+    biases = {k[len("buffer."):-len("moe.expert_bias")]: tensors.pop(k) for k in list(tensors) if k.startswith("buffer.")}
+    state = {"bias": biases}
     params = {k[len("param."):]: v.clone().requires_grad_(True) for k, v in tensors.items()}
     opt = make_optimizer(params, cfg)
     cpp, _ = read_safetensors(cpp_path)
@@ -143,9 +156,13 @@ def check(in_path, cpp_path, tol, optimizer_on_cpp_grads):
             if optimizer_on_cpp_grads:
                 p.grad = cpp["grad." + name].to(p.dtype).clone()
 
-    logits, loss, norm = train_step(params, cfg, inputs, labels, opt, before_step)
+    logits, loss, norm = train_step(params, cfg, inputs, labels, opt, before_step, state)
     ref = {"logits": logits.detach(), "loss": loss.detach().reshape(1),
            "grad_norm": norm.detach().reshape(1).double()}
+    if cfg.get("moe_bias_update_coeff", 0) > 0:
+        for pre, bias in biases.items():
+            ref["buffer_after." + pre + "moe.expert_bias"] = bias_after_step(bias, state["load"][pre],
+                                                                            cfg["moe_bias_update_coeff"])
     for name, p in params.items():
         ref["grad." + name] = ref_grads[name]
         ref["param_after." + name] = p.detach()

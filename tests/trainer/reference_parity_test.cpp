@@ -12,6 +12,7 @@
 
 #include "trainer/config/config_enums.h"
 #include "trainer/model/model.h"
+#include "trainer/model/moe.h"
 #include "trainer/components/optimizer.h"
 #include "trainer/checkpoint/safetensors.h"
 
@@ -37,8 +38,18 @@ void run_parity(ModelArgs a, const std::string& tag, bool fused = false) {
                         {"rope_theta", a.rope_theta}, {"qk_norm", a.qk_norm},
                         {"mlp_activation", to_string(a.mlp_activation)}, {"lr", opt_cfg.lr},
                         {"beta1", opt_cfg.beta1}, {"beta2", opt_cfg.beta2}, {"eps", opt_cfg.eps},
-                        {"weight_decay", opt_cfg.weight_decay}, {"max_norm", max_norm}};
+                        {"weight_decay", opt_cfg.weight_decay}, {"max_norm", max_norm},
+                        {"moe_experts", a.moe_experts}, {"moe_top_k", a.moe_top_k},
+                        {"moe_norm_topk_prob", a.moe_norm_topk_prob}, {"moe_aux_loss_coeff", a.moe_aux_loss_coeff},
+                        {"moe_bias_update_coeff", a.moe_bias_update_coeff},
+                        {"moe_capacity_factor", a.moe_capacity_factor}};
   TensorMap in{{"inputs", inputs}, {"labels", labels}};
+  // MoE: a nonzero expert bias (as after some updates), so that it steers the top-k.
+  for (auto& b : model->named_buffers()) {
+    if (b.key().find("expert_bias") == std::string::npos || a.moe_bias_update_coeff <= 0) continue;
+    b.value().normal_(0.0, 0.05);
+    in["buffer." + b.key()] = b.value().clone();
+  }
   std::vector<NamedParam> params;
   for (auto& p : model->named_parameters()) {
     in["param." + p.key()] = p.value().detach().clone();
@@ -49,20 +60,29 @@ void run_parity(ModelArgs a, const std::string& tag, bool fused = false) {
   auto logits = model->forward(inputs);
   auto loss = cross_entropy_sum(logits, labels, double(B * S), fused);
   loss.backward();
+  if (a.is_moe()) EXPECT_GT(moe_aux_loss(model), 0.0) << tag;
+  int64_t dropped = 0;
+  for (auto& l : model->layers) dropped += l->moe ? l->moe->dropped : 0;
+  EXPECT_EQ(dropped > 0, a.moe_capacity_factor > 0) << tag << ": slots dropped by the capacity";
   const double norm = std::sqrt(local_grad_sq_norm(params));
   // Clipping must act, or the clipped gradients compared below would not test it.
   EXPECT_GT(norm, 1.5 * max_norm) << tag;
   clip_grads(params, norm, max_norm);
   AdamW opt(params, opt_cfg);
   opt.step(opt_cfg.lr);
+  update_expert_bias(model);
 
+  // The loss the gradients are of: cross entropy plus the MoE blocks' auxiliary terms.
   TensorMap out{{"logits", logits.detach()},
-                {"loss", loss.detach().reshape({1})},
+                {"loss", loss.detach().reshape({1}) + moe_aux_loss(model)},
                 {"grad_norm", torch::tensor({norm}, torch::kFloat64)}};
   for (auto& p : params) {
     out["grad." + p.name] = p.param.grad();
     out["param_after." + p.name] = p.param.detach();
   }
+  for (auto& b : model->named_buffers())
+    if (b.key().find("expert_bias") != std::string::npos && a.moe_bias_update_coeff > 0)
+      out["buffer_after." + b.key()] = b.value().clone();
   save_safetensors((dir / "cpp.safetensors").string(), out);
 
   const std::string cmd = "/usr/bin/python3 " + std::string(TITAN_SOURCE_DIR) +
@@ -117,6 +137,38 @@ TEST(ReferenceParity, Qwen3GeluMlpFusedKernels) {
 }
 
 TEST(ReferenceParity, Qwen3ReluMlp) { run_parity(non_gated(MlpActivation::kRelu), "qwen3_relu"); }
+
+// Qwen3 mixture of experts (trainer/model/moe.h) against tests/reference/qwen3_moe_reference.py
+// (HF's expert loop): 6 experts, 2 active, every layer MoE, load-balancing loss on. Variants:
+// fused kernels around the experts; a shared expert; a capacity that drops slots; the aux-loss-free
+// bias steering top-k and its update after the step.
+ModelArgs small_moe() {
+  ModelArgs a = small("qwen3");
+  a.moe_experts = 6, a.moe_top_k = 2, a.moe_ffn_dim = 40, a.moe_sparse_step = 1, a.moe_aux_loss_coeff = 0.01;
+  return a;
+}
+
+TEST(ReferenceParity, Qwen3Moe) { run_parity(small_moe(), "qwen3_moe"); }
+
+TEST(ReferenceParity, Qwen3MoeFusedKernels) { run_parity(small_moe(), "qwen3_moe_fused", true); }
+
+TEST(ReferenceParity, Qwen3MoeSharedExpertEverySecondLayer) {
+  ModelArgs a = small_moe();
+  a.moe_shared_ffn_dim = 24, a.moe_sparse_step = 2;
+  run_parity(a, "qwen3_moe_shared");
+}
+
+TEST(ReferenceParity, Qwen3MoeCapacityDrops) {
+  ModelArgs a = small_moe();
+  a.moe_capacity_factor = 0.75;  // 72 x 2 / 6 x 0.75 = 18 slots per expert: some are dropped
+  run_parity(a, "qwen3_moe_capacity");
+}
+
+TEST(ReferenceParity, Qwen3MoeExpertBiasAndUpdate) {
+  ModelArgs a = small_moe();
+  a.moe_bias_update_coeff = 1e-3, a.moe_norm_topk_prob = false;
+  run_parity(a, "qwen3_moe_bias");
+}
 
 }  // namespace
 }  // namespace titan

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -34,9 +35,15 @@ const NamePairs& layer_names(bool gated_mlp) {
     m.insert(m.end(), mlp.begin(), mlp.end());
     return m;
   };
+  // Gated MLPs, and the MoE block's router and shared expert (Qwen3-MoE / Qwen2-MoE names); its
+  // stacked experts map to one HF tensor per expert (expert_names below).
   static const NamePairs gated = with(common, {{"feed_forward.w1.weight", "mlp.gate_proj.weight"},
                                                {"feed_forward.w3.weight", "mlp.up_proj.weight"},
-                                               {"feed_forward.w2.weight", "mlp.down_proj.weight"}});
+                                               {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+                                               {"moe.router.weight", "mlp.gate.weight"},
+                                               {"moe.shared_expert.w1.weight", "mlp.shared_expert.gate_proj.weight"},
+                                               {"moe.shared_expert.w3.weight", "mlp.shared_expert.up_proj.weight"},
+                                               {"moe.shared_expert.w2.weight", "mlp.shared_expert.down_proj.weight"}});
   static const NamePairs plain = with(common, {{"feed_forward.w1.weight", "mlp.up_proj.weight"},
                                                {"feed_forward.w2.weight", "mlp.down_proj.weight"}});
   return gated_mlp ? gated : plain;
@@ -52,6 +59,25 @@ const char* hf_hidden_act(MlpActivation a) {
   return "?";
 }
 
+// An MoE block's stacked expert weight [E, ...] (titan, after "layers.N.") and the HF name of
+// expert M's slice (after "model.layers.N.mlp.experts.M.").
+const NamePairs& expert_names() {
+  static const NamePairs m = {{"moe.experts.w1.weight", "gate_proj.weight"},
+                              {"moe.experts.w3.weight", "up_proj.weight"},
+                              {"moe.experts.w2.weight", "down_proj.weight"}};
+  return m;
+}
+
+// "layers.N.moe.experts.w1.weight" -> (N, "gate_proj.weight"); false for any other name.
+bool stacked_expert(const std::string& t, std::string* layer, std::string* hf_suffix) {
+  static const std::regex re(R"(layers\.(\d+)\.(moe\.experts\.w[123]\.weight))");
+  std::smatch m;
+  if (!std::regex_match(t, m, re)) return false;
+  for (auto& [a, b] : expert_names())
+    if (m[2] == a) *layer = m[1].str(), *hf_suffix = b;
+  return true;
+}
+
 const std::vector<std::pair<std::string, std::string>>& top_names() {
   static const std::vector<std::pair<std::string, std::string>> m = {
       {"tok_embeddings.weight", "model.embed_tokens.weight"},
@@ -65,6 +91,8 @@ const std::vector<std::pair<std::string, std::string>>& top_names() {
 std::string hf_name(const std::string& t, bool gated_mlp) {
   for (auto& [a, b] : top_names())
     if (t == a) return b;
+  if (std::string layer, suffix; stacked_expert(t, &layer, &suffix))
+    return "model.layers." + layer + ".mlp.experts.<0..E-1>." + suffix;
   static const std::regex layer(R"(layers\.(\d+)\.(.+))");
   std::smatch m;
   if (std::regex_match(t, m, layer)) {
@@ -88,7 +116,15 @@ std::string titan_name(const std::string& h, bool gated_mlp) {
 
 TensorMap to_hf(const TensorMap& titan_tensors, torch::ScalarType dtype, bool gated_mlp) {
   TensorMap out;
-  for (auto& [name, t] : titan_tensors) out[hf_name(name, gated_mlp)] = t.detach().to(dtype).contiguous();
+  for (auto& [name, t] : titan_tensors) {
+    std::string layer, suffix;
+    if (!stacked_expert(name, &layer, &suffix)) {
+      out[hf_name(name, gated_mlp)] = t.detach().to(dtype).contiguous();
+      continue;
+    }
+    for (int64_t e = 0; e < t.size(0); ++e)  // one tensor per expert, as HF stores them
+      out["model.layers." + layer + ".mlp.experts." + std::to_string(e) + "." + suffix] = t[e].detach().to(dtype).contiguous();
+  }
   return out;
 }
 
@@ -97,7 +133,29 @@ TensorMap from_hf(const TensorMap& hf, const ModelArgs& args) {
   TensorMap by_titan;
   int64_t unknown = 0;
   const bool gated = args.gated_mlp();
+  // MoE experts: HF's per-expert tensors, stacked in expert order into titan's [E, ...].
+  static const std::regex expert_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+_proj\.weight))");
+  std::map<std::string, std::map<int64_t, torch::Tensor>> experts;
   for (auto& [name, t] : hf) {
+    std::smatch m;
+    if (!std::regex_match(name, m, expert_re)) continue;
+    for (auto& [a, b] : expert_names())
+      if (m[3] == b) experts["layers." + m[1].str() + "." + a][std::stoll(m[2].str())] = t;
+  }
+  for (auto& [tn, by_expert] : experts) {
+    std::vector<torch::Tensor> parts;
+    for (int64_t e = 0; e < args.moe_experts; ++e) {
+      auto it = by_expert.find(e);
+      TITAN_CONFIG_CHECK(it != by_expert.end(), "hf import: ", hf_name(tn, gated), ": expert ", e, " of ",
+                         args.moe_experts, " (model.moe_experts) is missing");
+      parts.push_back(it->second);
+    }
+    TITAN_CONFIG_CHECK(static_cast<int64_t>(by_expert.size()) == args.moe_experts, "hf import: ", hf_name(tn, gated),
+                       " has ", by_expert.size(), " experts, model.moe_experts is ", args.moe_experts);
+    by_titan[tn] = torch::stack(parts);
+  }
+  for (auto& [name, t] : hf) {
+    if (std::regex_match(name, expert_re)) continue;
     // A gated checkpoint's up_proj has the shape of a plain MLP's: never take it as w1.
     TITAN_CONFIG_CHECK(gated || name.find("mlp.gate_proj.") == std::string::npos, "hf import: ", name,
                        " is the gate of a gated (SwiGLU) MLP, but model.mlp_activation = ",
@@ -145,6 +203,18 @@ std::string hf_config_json(const ModelArgs& a, torch::ScalarType dtype) {
                       {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16"
                                       : dtype == torch::kFloat16 ? "float16"
                                                                  : "float32"}};
+  if (a.is_moe()) {  // transformers' Qwen3MoeForCausalLM (config keys of Qwen/Qwen3-30B-A3B)
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+    j["num_experts"] = a.moe_experts;
+    j["num_experts_per_tok"] = a.moe_top_k;
+    j["moe_intermediate_size"] = a.moe_ffn_dim;
+    j["decoder_sparse_step"] = a.moe_sparse_step > 0 ? a.moe_sparse_step : 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    j["norm_topk_prob"] = a.moe_norm_topk_prob;
+    j["router_aux_loss_coef"] = a.moe_aux_loss_coeff;
+    if (a.moe_shared_ffn_dim > 0) j["shared_expert_intermediate_size"] = a.moe_shared_ffn_dim;
+  }
   // transformers' Qwen3 / Llama classes always build a gated MLP: say plainly that this one
   // is not (they would leave gate_proj uninitialised); titan reads the key back on import.
   if (!a.gated_mlp()) j["mlp_gated"] = false;

@@ -34,6 +34,20 @@ Registry make_registry(JobConfig& c) {
   r.add("model", "mlp_activation", &c.model.mlp_activation,
         "MLP: swiglu, gated w2(silu(w1 x) * w3 x) (every flavor's); gelu (tanh approximation) or relu, "
         "non-gated w2(act(w1 x)) with no w3, as GPT-3 / Megatron GPT (gelu) and MaxText's synthetic runs (relu)");
+  r.add("model", "moe_experts", &c.model.moe_experts, 0, kInf, "routed experts per MoE block (0: flavor's; dense)");
+  r.add("model", "moe_top_k", &c.model.moe_top_k, 0, kInf, "experts per token (0: flavor's)");
+  r.add("model", "moe_ffn_dim", &c.model.moe_ffn_dim, 0, kInf, "each expert's intermediate size (0: flavor's)");
+  r.add("model", "moe_shared_ffn_dim", &c.model.moe_shared_ffn_dim, 0, kInf,
+        "an always-on shared expert's intermediate size (0: flavor's; none in Qwen3)");
+  r.add("model", "moe_sparse_step", &c.model.moe_sparse_step, 0, kInf,
+        "layer l is MoE when (l + 1) % step == 0 (HF decoder_sparse_step; 0: flavor's)");
+  r.add("model", "moe_norm_topk_prob", &c.model.moe_norm_topk_prob, "renormalise the top-k router weights to sum 1");
+  r.add("model", "moe_aux_loss_coeff", &c.model.moe_aux_loss_coeff, -1, kInf,
+        "load-balancing loss coefficient, E * sum_i f_i P_i per MoE block (-1: flavor's, 0.001 for Qwen3 MoE)");
+  r.add("model", "moe_bias_update_coeff", &c.model.moe_bias_update_coeff, 0, kInf,
+        "aux-loss-free balancing: expert bias step after each optimizer step (0: off)");
+  r.add("model", "moe_capacity_factor", &c.model.moe_capacity_factor, 0, kInf,
+        "tokens each expert takes, x N k / E; slots past it are dropped (0: dropless)");
 
   r.add("optimizer", "name", &c.optimizer.name, "optimizer");
   r.add("optimizer", "lr", &c.optimizer.lr, 0, kInf, "peak learning rate");
@@ -188,6 +202,12 @@ Registry make_registry(JobConfig& c) {
         "under PP, record the fewest micro-batches that hold as many in flight and replay every one on their traces");
   r.add("simulation", "pipeline_rank_reuse", &c.simulation.pipeline_rank_reuse,
         "under PP, record one rank per kind of stage (layers, first / last, neighbours) and build the others from its segments");
+  r.add("simulation", "moe_routing", &c.simulation.moe_routing,
+        "tokens per expert on simulated hardware: uniform, or skewed (Zipf over expert ids)");
+  r.add("simulation", "layer_extrapolation", &c.simulation.layer_extrapolation,
+        "record three shallow depths and extend the figures linearly to the model's (full depth where they do not extend)");
+  r.add("simulation", "moe_routing_zipf", &c.simulation.moe_routing_zipf, 0, 10,
+        "skewed routing: expert i gets a share proportional to 1 / (i + 1)^zipf");
 
   // titan-study's run model (devices/run_model.h, devices/energy_model.h; docs/goodput.md).
   r.add("goodput", "total_tokens", &c.goodput.total_tokens, 1, kInf, "tokens of the whole run (wall time, cost, energy)");

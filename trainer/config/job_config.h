@@ -30,6 +30,11 @@ struct ModelSection : ModelShape {
   FlavorBool tie_embeddings = FlavorBool::kFlavor;
   FlavorBool qk_norm = FlavorBool::kFlavor;
   MlpActivation mlp_activation = MlpActivation::kSwiglu;  // every flavor's
+  // Mixture of experts (the sizes are ModelShape's moe_*; trainer/model/moe.h).
+  FlavorBool moe_norm_topk_prob = FlavorBool::kFlavor;
+  double moe_aux_loss_coeff = -1;    // -1: the flavor's
+  double moe_bias_update_coeff = 0;  // TorchTitan's aux-loss-free balancing (0: off)
+  double moe_capacity_factor = 0;    // 0: dropless
 };
 
 struct OptimizerSection {
@@ -161,6 +166,13 @@ struct SimulationSection {
   // it materialises the S x S scores (scaled QK^T, mask, softmax, PV as separate kernels), as
   // frameworks did before FlashAttention (2022), e.g. Megatron-LM's fused softmax.
   bool flash_attention = true;
+  // Tokens per expert of an MoE model on the meta device, which routes no data: uniform or
+  // skewed (Zipf over expert ids with exponent moe_routing_zipf; trainer/model/moe.h).
+  std::string moe_routing = "uniform";
+  // titan-train records three shallow depths and extends the figures to the model's depth
+  // (trainer/simulate/extrapolated_run.h); falls back to a full recording where they do not extend.
+  bool layer_extrapolation = false;
+  double moe_routing_zipf = 1.0;
 };
 
 // [goodput]: the run model of titan-study (common/run_settings.h, docs/goodput.md).

@@ -13,6 +13,11 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab, int
   if (m.tie_embeddings != FlavorBool::kFlavor) a.tie_embeddings = m.tie_embeddings == FlavorBool::kTrue;
   if (m.qk_norm != FlavorBool::kFlavor) a.qk_norm = m.qk_norm == FlavorBool::kTrue;
   a.mlp_activation = m.mlp_activation;
+  if (m.moe_norm_topk_prob != FlavorBool::kFlavor) a.moe_norm_topk_prob = m.moe_norm_topk_prob == FlavorBool::kTrue;
+  if (m.moe_aux_loss_coeff >= 0) a.moe_aux_loss_coeff = m.moe_aux_loss_coeff;
+  a.moe_bias_update_coeff = m.moe_bias_update_coeff;
+  a.moe_capacity_factor = m.moe_capacity_factor;
+  check_moe_args(a);
   TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,
                      ") must be a multiple of model.n_kv_heads (", a.n_kv_heads, ")");
   TITAN_CONFIG_CHECK(a.head_dim % 2 == 0, "model.head_dim (", a.head_dim,

@@ -14,6 +14,7 @@
 #include "trainer/model/kernels/rms_norm_kernel.h"
 #include "trainer/model/kernels/rope_kernel.h"
 #include "trainer/model/kernels/swiglu_kernel.h"
+#include "trainer/model/moe.h"
 
 namespace titan {
 namespace {
@@ -278,9 +279,10 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
                                   [&] { return torch::silu(gate) * up; }));
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts) {
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const torch::TensorOptions& opts, int64_t layer) {
   attention = register_module("attention", Attention(a, opts));
-  feed_forward = register_module("feed_forward", FeedForward(a, opts));
+  if (a.moe_layer(layer)) moe = register_module("moe", std::make_shared<MoEImpl>(a, opts));
+  else feed_forward = register_module("feed_forward", FeedForward(a, opts));
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps, opts));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps, opts));
 }
@@ -290,7 +292,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   // it (kBlockScope, trainer/simulate/trace_recorder.h), for compilers that cover only blocks.
   RECORD_FUNCTION("titan::block", std::vector<c10::IValue>());
   auto h = x + attention(attention_norm(x), rope);
-  return h + feed_forward(ffn_norm(h));
+  return h + (moe ? moe->forward(ffn_norm(h)) : feed_forward(ffn_norm(h)));
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, int64_t max_seq_len,
@@ -299,7 +301,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, int64_t max_seq_len,
   tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim, opts));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < a.n_layers; ++i) {
-    layers.push_back(TransformerBlock(a, opts));
+    layers.push_back(TransformerBlock(a, opts, i));
     list->push_back(layers.back());
   }
   norm = register_module("norm", RMSNorm(a.dim, a.norm_eps, opts));
@@ -342,14 +344,17 @@ void TransformerImpl::set_fused_kernels(const FusedKernels& k) {
   if (output) output->fused = k.linear;
   for (auto& block : layers) {
     block->attention->kernels = k;
+    Linear none{nullptr};
+    FeedForward& ff = block->moe ? block->moe->shared_expert : block->feed_forward;
     for (auto* l : {&block->attention->wq, &block->attention->wk, &block->attention->wv, &block->attention->wo,
-                    &block->feed_forward->w1, &block->feed_forward->w2, &block->feed_forward->w3}) {
+                    ff ? &ff->w1 : &none, ff ? &ff->w2 : &none, ff ? &ff->w3 : &none,
+                    block->moe ? &block->moe->router : &none}) {
       if (*l) (*l)->fused = k.linear;
     }
     for (auto* n : {&block->attention_norm, &block->ffn_norm, &block->attention->q_norm, &block->attention->k_norm}) {
       if (*n) (*n)->fused = k.rms_norm;
     }
-    block->feed_forward->fused = k.swiglu;
+    if (ff) ff->fused = k.swiglu;
   }
   norm->fused = k.rms_norm;
 }

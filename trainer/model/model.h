@@ -16,6 +16,8 @@
 
 namespace titan {
 
+class MoEImpl;  // trainer/model/moe.h
+
 // Bias-free linear layer y = x W^T with W [out, in].
 class LinearImpl : public WeightModule {
  public:
@@ -79,10 +81,12 @@ TORCH_MODULE(FeedForward);
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  TransformerBlockImpl(const ModelArgs& args, const torch::TensorOptions& opts);
+  // layer: the block's index (ModelArgs::moe_layer(layer) blocks hold a mixture of experts).
+  TransformerBlockImpl(const ModelArgs& args, const torch::TensorOptions& opts, int64_t layer = 0);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
   Attention attention{nullptr};
-  FeedForward feed_forward{nullptr};
+  FeedForward feed_forward{nullptr};  // null in an MoE block
+  std::shared_ptr<MoEImpl> moe;       // registered as "moe" in an MoE block, else null
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
 };
 TORCH_MODULE(TransformerBlock);
@@ -117,6 +121,9 @@ class TransformerImpl : public torch::nn::Module {
   Linear output{nullptr};  // null when embeddings are tied
   RopeTables rope;
   std::vector<BlockWrapFn> block_wrappers;
+  // Sums the MoE blocks' tokens_per_expert over data-parallel ranks before the bias update
+  // (update_expert_bias, moe.h); set by a plan, unset in one process.
+  std::function<void(std::vector<torch::Tensor>& loads)> reduce_expert_load;
   FusedKernels kernels;  // as last set by set_fused_kernels (the tied head reads .linear)
 };
 TORCH_MODULE(Transformer);

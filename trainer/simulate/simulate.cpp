@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 
 #include "collectives/world.h"
 #include "common/error.h"
@@ -16,6 +17,7 @@
 #include "trainer/step/parallelize.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/simulate/exposed_comm.h"
+#include "trainer/simulate/extrapolated_run.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"
 
@@ -215,9 +217,17 @@ SimulationResult replay(const JobConfig& cfg, const RecordedStep& rec) {
 
 SimulationResult simulate(const JobConfig& cfg, bool other_mode, RecordedStep* recorded) {
   const auto t0 = std::chrono::steady_clock::now();
-  RecordedStep rec = record_step(cfg);
-  SimulationResult r = replay(cfg, rec);
-  if (recorded) *recorded = std::move(rec);
+  // simulation.layer_extrapolation: from shallow recordings (none kept for a trace).
+  auto run = [recorded](const JobConfig& c) {
+    std::optional<SimulationResult> x = recorded ? std::nullopt : simulate_by_layer_extrapolation(c);
+    return x ? *x : replay(c, record_step(c));
+  };
+  SimulationResult r = recorded ? [&] {
+    RecordedStep rec = record_step(cfg);
+    SimulationResult full = replay(cfg, rec);
+    *recorded = std::move(rec);
+    return full;
+  }() : run(cfg);
   if (!cfg.simulation.allow_oom)  // no step time for a layout that cannot run
     devices::require_fits(r.memory, std::to_string(r.num_chips) + " x " + r.report.device + ", " + layout_string(r.dims),
                           remat_advice(cfg, r.dims, resolve_model_args(cfg, vocab_without_data(cfg)), r.memory));
@@ -225,7 +235,7 @@ SimulationResult simulate(const JobConfig& cfg, bool other_mode, RecordedStep* r
     JobConfig other = cfg;
     other.comm.collective_mode =
         cfg.comm.collective_mode == CollectiveMode::kFused ? CollectiveMode::kSeparate : CollectiveMode::kFused;
-    SimulationResult o = replay(other, record_step(other));
+    SimulationResult o = run(other);
     r.other_mode = to_string(other.comm.collective_mode);
     r.other_step_time_s = o.report.step_time_s;
     r.other_mfu_percent = o.mfu_percent;

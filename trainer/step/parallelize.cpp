@@ -186,7 +186,7 @@ BlockProducts block_products(const Transformer& model) {
       return n;
     };
     p.attention_linears = linears(*block->attention);
-    p.mlp_linears = linears(*block->feed_forward);
+    p.mlp_linears = block->feed_forward ? linears(*block->feed_forward) : 0;  // an MoE block's experts are no Linear
     break;
   }
   return p;

@@ -164,8 +164,9 @@ void PipelineModel::apply(Transformer& model, ParallelizedModel& plan) {
   for (int64_t i = 0; i < static_cast<int64_t>(model->layers.size()); ++i) {
     if (!holds_layer(i)) continue;
     auto& attn = model->layers[i]->attention;
-    auto& ff = model->layers[i]->feed_forward;
-    for (Linear* l : {&attn->wq, &attn->wk, &attn->wv, &attn->wo, &ff->w1, &ff->w2, &ff->w3})
+    auto& ff = model->layers[i]->feed_forward;  // null in an MoE block (its experts' weight gradients are not deferred)
+    Linear none{nullptr};
+    for (Linear* l : {&attn->wq, &attn->wk, &attn->wv, &attn->wo, ff ? &ff->w1 : &none, ff ? &ff->w2 : &none, ff ? &ff->w3 : &none})
       if (*l) defer(*l);  // w3: SwiGLU only
   }
   if (model->output && holds("output.weight")) defer(model->output);

@@ -18,6 +18,7 @@
 #include "parallel/tensor_parallel.h"
 #include "trainer/step/memory_limits.h"
 #include "trainer/config/resolve_model.h"
+#include "trainer/model/moe.h"
 #include "trainer/step/param_layout.h"
 #include "trainer/step/rank_agreement.h"
 
@@ -77,6 +78,9 @@ JobConfig with_resolved_model(const JobConfig& cfg) {
   m.dim = a.dim, m.n_layers = a.n_layers, m.n_heads = a.n_heads, m.n_kv_heads = a.n_kv_heads;
   m.head_dim = a.head_dim, m.ffn_dim = a.ffn_dim, m.vocab_size = a.vocab_size;
   m.rope_theta = a.rope_theta, m.norm_eps = a.norm_eps;
+  m.moe_experts = a.moe_experts, m.moe_top_k = a.moe_top_k, m.moe_ffn_dim = a.moe_ffn_dim;
+  m.moe_shared_ffn_dim = a.moe_shared_ffn_dim, m.moe_sparse_step = a.moe_sparse_step;
+  m.moe_aux_loss_coeff = a.moe_aux_loss_coeff;
   m.tie_embeddings = a.tie_embeddings ? FlavorBool::kTrue : FlavorBool::kFalse;
   m.qk_norm = a.qk_norm ? FlavorBool::kTrue : FlavorBool::kFalse;
   return out;
@@ -164,6 +168,10 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   TITAN_CONFIG_CHECK(global_batch_ % (local_bs * dp) == 0, "training.global_batch_size (", global_batch_,
                      ") must be a multiple of local_batch_size x data-parallel degree (", local_bs, " x ",
                      dp, ")");
+  if (args_.is_moe()) {
+    set_moe_aux_normalizer(model_, static_cast<double>(tokens_per_step()));
+    if (on_meta_) set_meta_routing(model_, {meta_routing_kind(cfg_.simulation.moe_routing), cfg_.simulation.moe_routing_zipf});
+  }
   if (!on_meta_) {
     loader_ = std::make_unique<DataLoader>(tokens, cfg_.training.seq_len, global_batch_,
                                            mesh_->coordinate("dp"), dp);
@@ -345,6 +353,7 @@ Trainer::StepResult Trainer::train_step() {
   if (!skip_nonfinite(r)) {
     // Clipping rides in the optimizer's one pass over the flat buffers.
     optimizer_->step(r.lr, clip_coefficient(r.grad_norm, cfg_.training.max_norm));
+    update_expert_bias(model_);  // MoE aux-loss-free balancing (a no-op otherwise)
     check_finite_parameters();
   }
   ++step_;
