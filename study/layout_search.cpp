@@ -12,9 +12,9 @@
 namespace titan::study {
 namespace {
 
-std::string family_name(int64_t pp, int64_t rep, int64_t shard, int64_t tp) {
+std::string family_name(int64_t pp, int64_t rep, int64_t shard, int64_t cp, int64_t tp) {
   ParallelDims d;
-  d.pp = pp, d.dp_replicate = rep, d.dp_shard = shard, d.tp = tp;
+  d.pp = pp, d.dp_replicate = rep, d.dp_shard = shard, d.cp = cp, d.tp = tp;
   return layout_string(d);
 }
 
@@ -35,6 +35,8 @@ SearchSpace search_space_from(const std::vector<std::pair<std::string, std::vect
       return out;
     };
     if (key == "tp") s.tp = counts();
+    else if (key == "cp") s.cp = counts();
+    else if (key == "ep") s.ep = counts();
     else if (key == "pp") s.pp = counts();
     else if (key == "dp_replicate") s.dp_replicate = counts();
     else if (key == "local_batch") s.local_batch = counts();
@@ -48,7 +50,7 @@ SearchSpace search_space_from(const std::vector<std::pair<std::string, std::vect
     }
     else if (key == "collective_modes") s.collective_modes = values;
     else
-      TITAN_CONFIG_CHECK(false, where, ": unknown key (tp, pp, dp_replicate, local_batch, pp_microbatches, schedules, "
+      TITAN_CONFIG_CHECK(false, where, ": unknown key (tp, cp, ep, pp, dp_replicate, local_batch, pp_microbatches, schedules, "
                                        "activation_checkpoint, collective_modes)");
   }
   return s;
@@ -59,21 +61,31 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
   std::vector<Candidate> out;
   for (int64_t pp : s.pp)
     for (int64_t tp : s.tp)
+      for (int64_t cp : s.cp)
       for (int64_t rep : s.dp_replicate) {
-        const int64_t fixed = pp * tp * rep;
+        const int64_t fixed = pp * tp * cp * rep;
         if (chips % fixed != 0) {
           std::ostringstream why;
-          why << "divisibility: pp x tp x dp_replicate = " << fixed << " does not divide " << chips << " chips";
-          skipped["pp " + std::to_string(pp) + " x dp_replicate " + std::to_string(rep) + " x tp " +
-                  std::to_string(tp)] = why.str();
+          why << "divisibility: pp x tp x cp x dp_replicate = " << fixed << " does not divide " << chips << " chips";
+          skipped["pp " + std::to_string(pp) + " x dp_replicate " + std::to_string(rep) +
+                  (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x tp " + std::to_string(tp)] = why.str();
           continue;
         }
         const int64_t shard = chips / fixed;
-        const std::string family = family_name(pp, rep, shard, tp);
-        const Overrides degrees = {{"parallelism.pipeline_parallel_degree", std::to_string(pp)},
-                                   {"parallelism.tensor_parallel_degree", std::to_string(tp)},
-                                   {"parallelism.data_parallel_replicate_degree", std::to_string(rep)},
-                                   {"parallelism.data_parallel_shard_degree", std::to_string(shard)}};
+        for (int64_t ep : s.ep) {
+        const std::string family = family_name(pp, rep, shard, cp, tp) + (ep > 1 ? " x ep " + std::to_string(ep) : "");
+        if ((shard * cp) % ep != 0) {
+          skipped[family] = "divisibility: ep " + std::to_string(ep) + " does not divide dp_shard x cp = " +
+                            std::to_string(shard * cp);
+          continue;
+        }
+        Overrides degrees = {{"parallelism.pipeline_parallel_degree", std::to_string(pp)},
+                             {"parallelism.tensor_parallel_degree", std::to_string(tp)},
+                             {"parallelism.data_parallel_replicate_degree", std::to_string(rep)},
+                             {"parallelism.data_parallel_shard_degree", std::to_string(shard)}};
+        // Named only when searched, so that recordings of other searches keep their keys.
+        if (s.cp.size() > 1 || cp > 1) degrees.emplace_back("parallelism.context_parallel_degree", std::to_string(cp));
+        if (s.ep.size() > 1 || ep > 1) degrees.emplace_back("parallelism.expert_parallel_degree", std::to_string(ep));
         std::vector<std::pair<std::string, int64_t>> batching;  // schedule, rows per rank
         if (pp == 1) {
           for (int64_t b : s.local_batch) batching.emplace_back("", b);
@@ -103,6 +115,7 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
               c.overrides.emplace_back("comm.collective_mode", mode);
               out.push_back(std::move(c));
             }
+        }
       }
   return out;
 }

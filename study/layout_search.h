@@ -1,5 +1,5 @@
 // Layout search: for the base config's model, device and chip count, every layout of a
-// search space (tp, pp, dp_replicate and dp_shard degrees multiplying to the chip count,
+// search space (tp, cp, pp, dp_replicate and dp_shard degrees multiplying to the chip count,
 // micro-batch rows, pipeline schedule, activation checkpointing, collective mode) is
 // simulated; the ones that fit are ranked by tokens/s per chip, and every family (degrees)
 // with no fitting member says why (memory, divisibility). Used by titan-study --search.
@@ -19,6 +19,9 @@ namespace titan::study {
 
 struct SearchSpace {
   std::vector<int64_t> tp = {1, 2, 4, 8};
+  std::vector<int64_t> cp = {1};  // context parallel degrees (long sequences: e.g. 1, 2, 4, 8)
+  // Expert parallel degrees (MoE models: e.g. 1, 8, 32, 128), each borrowed from dp_shard x cp.
+  std::vector<int64_t> ep = {1};
   std::vector<int64_t> pp = {1, 2, 4, 8};
   std::vector<int64_t> dp_replicate = {1, 2, 8};
   std::vector<int64_t> local_batch = {1, 2, 4};        // rows per rank and micro-batch (pp = 1)

@@ -114,6 +114,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     const devices::AttentionShape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), in[3].toBool(),
                                     in[4].toBool()};
     f->kernel_forward = {devices::attention_op(s, static_cast<int64_t>(q.element_size()))};
+    f->kernel_forward[0].name = std::string(kRingAttentionBlockScope) + (s.backward ? "_backward" : "");
     for (size_t i = 0; i < 3; ++i) add_uses(in[i], &f->kernel_forward[0].reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
