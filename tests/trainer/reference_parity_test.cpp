@@ -167,7 +167,9 @@ TEST(ReferenceParity, Qwen3MoeCapacityDrops) {
 TEST(ReferenceParity, Qwen3MoeExpertBiasAndUpdate) {
   ModelArgs a = small_moe();
   a.moe_bias_update_coeff = 1e-3, a.moe_norm_topk_prob = false;
-  run_parity(a, "qwen3_moe_bias");
+  // The reference AdamW steps from the C++ gradients (qwen3_reference.py check(): elements
+  // with ~eps gradients otherwise differ by roundoff after the step).
+  run_parity(a, "qwen3_moe_bias", true);
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   const int64_t N = flat.size(0);
   Routing r = route(flat);
   const bool meta = flat.is_meta();
+  const bool training = torch::GradMode::is_enabled();  // read before the no-grad routing below
   const int64_t cap = capacity_factor > 0
                           ? static_cast<int64_t>(std::ceil(capacity_factor * double(N * top_k) / double(n_experts)))
                           : N * top_k;
@@ -200,7 +201,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
     // The routing's load (before any drop), counted in grad mode only: activation
     // checkpointing's first forward runs without it and its recompute with it, so each step
     // counts every token once.
-    if (torch::GradMode::is_enabled()) tokens_per_expert.add_(load);
+    if (training) tokens_per_expert.add_(load);
   }
   auto token = order.div(top_k, "floor");
   // Row lookups by index (index_select has no meta kernel in libtorch 1.13).
@@ -212,7 +213,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   // kernel); on the CPU it adds rows in order, as index_add does.
   auto out = torch::zeros_like(flat).index_put({token}, expert_out * weight, /*accumulate=*/true);
   if (shared_expert) out = out + shared_expert->forward(flat);
-  if (aux_loss_coeff > 0 && torch::GradMode::is_enabled()) {
+  if (aux_loss_coeff > 0 && training) {
     // E * sum_i f_i P_i: f_i the fraction of tokens that chose expert i (HF's, summing to k
     // over experts), P_i the mean router probability of i; per block, weighted by this
     // forward's share of the batch's tokens.
