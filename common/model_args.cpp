@@ -49,10 +49,12 @@ const std::map<std::string, MoeDims>& qwen3_moe_flavors() {
 }
 
 std::string flavor_list(const std::map<std::string, Dims>& f, bool qwen) {
-  std::string out = qwen ? "debugmodel, debugmodel_moe" : "debugmodel";
+  std::string out = "debugmodel";
   for (auto& [k, v] : f) out += ", " + k;
-  if (qwen)
+  if (qwen) {
+    out += ", debugmodel_moe";
     for (auto& [k, v] : qwen3_moe_flavors()) out += ", " + k;
+  }
   return out;
 }
 
