@@ -43,6 +43,8 @@ struct AllToAllRows : public torch::autograd::Function<AllToAllRows> {
     ctx->saved_data["out"] = out_splits;
     ctx->saved_data["in"] = in_splits;
     ctx->saved_data["comm"] = comm;
+    ctx->saved_data["row_shape"] = x.sizes().slice(1).vec();
+    ctx->saved_data["dtype"] = x.scalar_type();
     const int64_t rows = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] = rows;
@@ -55,7 +57,15 @@ struct AllToAllRows : public torch::autograd::Function<AllToAllRows> {
     auto* c = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     auto out_splits = ctx->saved_data["out"].toIntVector();
     auto in_splits = ctx->saved_data["in"].toIntVector();
-    const torch::Tensor& g = grads[0];
+    // Every rank runs the reverse exchange (its peers wait for it), with zeros where autograd
+    // handed no gradient.
+    auto row_shape = ctx->saved_data["row_shape"].toIntVector();
+    torch::Tensor g = grads[0];
+    if (!g.defined()) {
+      std::vector<int64_t> out_shape = row_shape;
+      out_shape.insert(out_shape.begin(), std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0}));
+      g = torch::zeros(out_shape, torch::TensorOptions().dtype(ctx->saved_data["dtype"].toScalarType()));
+    }
     const int64_t rows = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
     std::vector<int64_t> shape = g.sizes().vec();
     shape[0] = rows;
@@ -111,22 +121,28 @@ torch::Tensor expert_parallel_dispatch(const torch::Tensor& routed, const std::v
   for (int64_t e = 0; e < L; ++e)
     for (int64_t s = 0; s < P; ++s)
       for (int64_t k = 0; k < recv[s * L + e]; ++k) order.push_back(start[s * L + e] + k);
+  // Rows gathered with index() (advanced indexing): index_select has no meta kernel in
+  // libtorch 1.13. A permutation, so its backward's accumulating put adds one value per row.
   torch::Tensor out;
-  if (routed.is_meta() || P == 1 || L == 1) {
-    // One local expert (or no data to permute): arrival order already groups by it... except
-    // with several local experts on meta, where the permutation is only a cost of its size.
-    if (L == 1 || P == 1) {
-      out = local_experts(arrived, local_counts);
-    } else {
-      auto idx = torch::empty({arrived.size(0)}, arrived.options().dtype(torch::kInt64));
-      out = local_experts(arrived.index_select(0, idx), local_counts).index_select(0, idx);
-    }
+  if (L == 1 || P == 1) {
+    // One local expert, or one source: arrival order is already grouped by local expert.
+    out = local_experts(arrived, local_counts);
   } else {
-    auto idx = torch::tensor(order, torch::kInt64);
-    auto inverse = torch::empty_like(idx);
-    inverse.index_put_({idx}, torch::arange(idx.size(0), torch::kInt64));
-    out = local_experts(arrived.index_select(0, idx), local_counts).index_select(0, inverse);
+    torch::Tensor idx, inverse;
+    if (routed.is_meta()) {
+      // No data to permute: the permutation is only a cost of its size.
+      idx = inverse = torch::empty({arrived.size(0)}, arrived.options().dtype(torch::kInt64));
+    } else {
+      idx = torch::tensor(order, torch::kInt64);
+      inverse = torch::empty_like(idx);
+      inverse.index_put_({idx}, torch::arange(idx.size(0), torch::kInt64));
+    }
+    out = local_experts(arrived.index({idx}), local_counts).index({inverse});
   }
+  // Experts that received no token return an empty tensor outside the graph; taken from
+  // `arrived` instead, the return exchange stays in this rank's backward, so its reverse
+  // exchange meets the peers' (measured: skipped, EP 4 hung at step 15 of the debug MoE).
+  if (arrived.size(0) == 0 && arrived.requires_grad()) out = arrived.mul(0);
   return all_to_all_rows(out, in_splits, out_splits, ep);
 }
 

@@ -107,6 +107,7 @@ void Fsdp::add_expert_units(std::shared_ptr<Communicator> expert_shard_group,
     expert_units_.push_back(std::make_unique<FsdpUnit>("layers." + std::to_string(i) + ".experts",
                                                        std::move(expert_blocks[i]), *expert_group_,
                                                        *replicate_group_, options_, reshard));
+    expert_units_.back()->always_reduce = true;
     wire(*expert_units_.back());
   }
 }

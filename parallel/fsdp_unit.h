@@ -150,7 +150,7 @@ class FsdpUnit {
   // or, while gradient sync is off, adds the gradients to the unsynced sums instead.
   // Returns whether a reduction was issued.
   bool issue_reduce() {
-    if (grads_seen_ == 0 && unsynced_.empty()) return false;
+    if (grads_seen_ == 0 && unsynced_.empty() && !(always_reduce && *sync_)) return false;
     pending_grads_.resize(params_.size());
     if (!*sync_) {
       unsynced_.resize(params_.size());
@@ -171,7 +171,11 @@ class FsdpUnit {
     std::vector<torch::Tensor> outs, ins;
     reduce_index_.clear();
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (!pending_grads_[i].defined()) continue;
+      if (!pending_grads_[i].defined()) {
+        if (!always_reduce) continue;
+        pending_grads_[i] = torch::zeros({params_[i].shard_len * shard_group_.size()},
+                                         params_[i].shard.options().dtype(opts_.reduce_dtype));
+      }
       ins.push_back(pending_grads_[i]);
       outs.push_back(torch::empty({params_[i].shard_len}, pending_grads_[i].options()));
       reduce_index_.push_back(i);
@@ -233,6 +237,11 @@ class FsdpUnit {
   // Set by Fsdp: called when this unit's reduce-scatter is issued during backward, and
   // when a gradient arrives (so that the end of backward is hooked); sync_ is Fsdp's flag.
   std::function<void(FsdpUnit*)> on_reduce_issued;
+  // Reduce every parameter at the end of each synced backward, zeros where no gradient came:
+  // expert units, whose rank may route no token to its experts in a step while its efsdp peers
+  // do (their reduce-scatters must meet), and whose weights then take a zero gradient, as
+  // the stacked experts' unused rows do in one process.
+  bool always_reduce = false;
   std::function<void()> on_grad;
   // Set by Fsdp: called before this unit's reduce-scatter is issued.
   std::function<void(FsdpUnit*)> before_reduce;

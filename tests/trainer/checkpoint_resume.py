@@ -18,6 +18,10 @@ training.steps 20 and stop after the step-10 save through TITAN_CHECKPOINT_FAULT
   pipeline 4      PP 2 x FSDP 2: 20 steps straight == 10 + a new process resuming (bit for bit);
                   that checkpoint resumed on 1 rank and on FSDP 2 x TP 2, and an FSDP 4
                   checkpoint resumed on PP 2 x TP 2 and on PP 4 (within 1e-6)
+  expert 4        the debug MoE under expert parallelism 4: 20 steps straight == 10 + a new
+                  process resuming (bit for bit); every expert stored once (in ep boxes); that
+                  checkpoint resumed on EP 2 x efsdp 2, EP 2 (2 ranks), FSDP 4 without EP and 1
+                  rank, and a 1-rank checkpoint resumed on EP 4 (within 1e-6)
   pipeline_tied 4 tied embeddings on PP 2 x FSDP 2: resume bit for bit; that checkpoint (the
                   weight written once, by the first stage) resumed on 1 rank, and a 1-rank
                   checkpoint resumed on PP 2 x TP 2 (both copies loaded; within 5e-6, see
@@ -303,6 +307,46 @@ def pipeline_tied(r):
     compare("single process -> tied PP 2 x TP 2", got, straight, list(range(11, 21)), TIED_LAYOUT_TOL)
 
 
+MOE = ["--model.flavor", "debugmodel_moe"]
+
+
+def ep_mesh(np, ep):
+    return MOE + mesh(np) + ["--parallelism.expert_parallel_degree", str(ep)]
+
+
+def expert(r):
+    w = r.args.workdir
+    straight, _ = r.run(4, "moe_straight", ep_mesh(4, 1) + ["--training.steps", "20"])
+    ep_straight, _ = r.run(4, "ep4_straight", ep_mesh(4, 4) + ["--training.steps", "20"])
+    compare("EP 4 vs FSDP 4 straight", ep_straight, straight, list(range(1, 21)), LAYOUT_TOL)
+    folder = os.path.join(w, "ckpt_ep4")
+    shutil.rmtree(folder, ignore_errors=True)
+    first = interrupted(r, 4, "ep4_first", ep_mesh(4, 4), folder)
+    second, out = r.run(4, "ep4_second", ep_mesh(4, 4) + ["--training.steps", "20"] + ckpt(folder))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: EP 4 did not resume\n{out}")
+    compare("EP 4 first process", first, ep_straight, list(range(1, 11)), 0)
+    compare("EP 4 new process resumed at step 10", second, ep_straight, list(range(11, 21)), 0)
+    check_tp_files(os.path.join(folder, "step-10"))
+    for np, m, name in [(4, ep_mesh(4, 2), "EP 2 x efsdp 2"), (2, ep_mesh(2, 2), "EP 2"),
+                        (4, ep_mesh(4, 1), "FSDP 4"), (1, ep_mesh(1, 1), "single process")]:
+        copy = os.path.join(w, f"ckpt_ep4_to_{name.replace(' ', '')}")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(folder, copy)
+        got, out = r.run(np, f"ep4_to_{name.replace(' ', '')}", m + ["--training.steps", "20"] +
+                         ckpt(copy, "--checkpoint.load_step", "10"))
+        if "resumed from" not in out or "step-10" not in out:
+            sys.exit(f"FAIL: {name} did not resume from step 10\n{out}")
+        compare(f"EP 4 -> {name}", got, ep_straight, list(range(11, 21)), LAYOUT_TOL)
+    single = os.path.join(w, "ckpt_moe_single")
+    shutil.rmtree(single, ignore_errors=True)
+    interrupted(r, 1, "moe_single_first", ep_mesh(1, 1), single)
+    got, out = r.run(4, "single_to_ep4", ep_mesh(4, 4) + ["--training.steps", "20"] + ckpt(single))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: EP 4 did not resume the single-process checkpoint\n{out}")
+    compare("single process -> EP 4", got, ep_straight, list(range(11, 21)), LAYOUT_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -316,7 +360,7 @@ def main():
     r = Runner(args)
     {"exact": lambda: exact(r, args.np), "reshard": lambda: reshard(r), "kill": lambda: kill(r),
      "missing_shard": lambda: missing_shard(r), "pipeline": lambda: pipeline(r),
-     "pipeline_tied": lambda: pipeline_tied(r)}[args.scenario]()
+     "pipeline_tied": lambda: pipeline_tied(r), "expert": lambda: expert(r)}[args.scenario]()
     shutil.rmtree(args.workdir, ignore_errors=True)
 
 

@@ -103,6 +103,11 @@ Registry make_registry(JobConfig& c) {
   r.add("parallelism", "pipeline_parallel_degree", &p.pipeline_parallel_degree, 1, kInf, "PP");
   r.add("parallelism", "context_parallel_degree", &p.context_parallel_degree, 1, kInf,
         "CP: the sequence split over cp ranks (two load-balanced chunks each), ring attention across them");
+  r.add("parallelism", "expert_parallel_degree", &p.expert_parallel_degree, 1, kInf,
+        "EP: each MoE block's experts split over this many ranks borrowed from dp_shard x cp (TorchTitan's), "
+        "tokens exchanged by all-to-all; expert weights FSDP-sharded over the rest of dp_shard x cp");
+  r.add("parallelism", "expert_tensor_parallel_degree", &p.expert_tensor_parallel_degree, 1, kInf,
+        "expert TP (TorchTitan's key): only 1 is supported yet");
   r.add("parallelism", "context_parallel_rotate_method", &p.context_parallel_rotate_method,
         "how ring attention passes K/V: allgather (gather all at once) or alltoall (one ring step at a time, "
         "overlapped with attention)");

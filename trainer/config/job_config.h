@@ -81,6 +81,10 @@ struct ParallelismSection {
   int64_t tensor_parallel_degree = 1;
   int64_t pipeline_parallel_degree = 1;
   int64_t context_parallel_degree = 1;
+  // Expert parallelism (parallel/expert_parallel.h): experts split over this many of the
+  // dp_shard x cp ranks; expert TP is not supported yet (1 only).
+  int64_t expert_parallel_degree = 1;
+  int64_t expert_tensor_parallel_degree = 1;
   std::string context_parallel_rotate_method = "allgather";  // or "alltoall" (parallel/context_parallel.h)
   ReshardPolicy fsdp_reshard_after_forward = ReshardPolicy::kDefault;
   bool fsdp_defer_gradient_sync = true;  // gradient accumulation: reduce once, after the last micro-batch

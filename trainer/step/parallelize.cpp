@@ -1,9 +1,13 @@
 #include "trainer/step/parallelize.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/model/moe.h"
+#include "trainer/step/expert_plan.h"
 #include "trainer/step/pipeline_model.h"
 
 namespace titan {
@@ -67,7 +71,7 @@ void check_tensor_parallel(const ModelArgs& a, int64_t tp, int64_t seq_len, bool
   TITAN_CONFIG_CHECK(a.n_kv_heads % tp == 0 || tp % a.n_kv_heads == 0, "parallelism.tensor_parallel_degree (", tp,
                      ") must divide model.n_kv_heads (", a.n_kv_heads, ") or be a multiple of it (KV heads are then "
                      "replicated)");
-  need(a.ffn_dim, "model.ffn_dim", "");
+  if (a.moe_layers() < a.n_layers) need(a.ffn_dim, "model.ffn_dim", "");  // dense MLPs split; MoE blocks do not
   // The vocabulary is not padded silently (that would change the model): pad it yourself
   // with model.vocab_size, a size that tokenizers never emit past.
   need(a.vocab_size, "model.vocab_size",
@@ -113,11 +117,22 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
       out.tp_partial_grads.push_back(attn->q_norm->weight);
       out.tp_partial_grads.push_back(attn->k_norm->weight);
     }
+    before_columns(block->attention_norm);
+    if (block->moe) {
+      // An MoE block keeps its router and experts whole on every tp rank (TorchTitan's expert
+      // TP 1; expert parallelism splits the experts instead). Under SP each tp rank routes its
+      // own sequence shard, so the block's gradients (ffn_norm's too) are partial sums over tp;
+      // without SP every tp rank routes the same tokens and already holds the whole gradient.
+      if (sp) {
+        for (auto& p : block->moe->parameters()) out.tp_partial_grads.push_back(p);
+        out.tp_partial_grads.push_back(block->ffn_norm->weight);
+      }
+      continue;
+    }
     auto& ff = block->feed_forward;
     col(ff->w1);
     if (ff->w3) col(ff->w3);  // SwiGLU's up projection; a non-gated MLP has none
     row(ff->w2);
-    before_columns(block->attention_norm);
     before_columns(block->ffn_norm);
   }
   auto& emb = model->tok_embeddings;
@@ -208,6 +223,19 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
   if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, out);
   if (pipeline) pipeline->apply(model, out);  // PP split after TP, before FSDP
+  // Expert parallelism before FSDP too: FSDP shards each rank's slice of experts over efsdp.
+  check_expert_parallel_config(cfg, model->args, mesh);
+  const bool ep = cfg.parallelism.expert_parallel_degree > 1;
+  if (ep) {
+    ExpertGroups groups = build_expert_groups(mesh, cfg.parallelism.expert_parallel_degree);
+    out.ep = groups.ep;
+    out.efsdp = groups.efsdp;
+    apply_expert_parallel(model, out.ep);
+  }
+  // Routed-token counts: every data rank sees other tokens, and so does each tp rank under SP.
+  std::vector<std::shared_ptr<Communicator>> load_groups = {mesh["loss"]};
+  if (sp) load_groups.push_back(mesh["tp"]);
+  sum_expert_load_over(model, load_groups);
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
   const AcMode ac = cfg.activation_checkpoint.mode;
@@ -237,9 +265,15 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     if (tied && pipeline) pipeline->root_wraps_embedding = true;
     std::vector<NamedModule> embedding;
     if (!tied && has_embedding) embedding.push_back({"tok_embeddings", model->tok_embeddings.ptr()});
-    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding,
-                                      pipeline ? pipeline->block_modules(model) : block_modules(model),
+    auto blocks = pipeline ? pipeline->block_modules(model) : block_modules(model);
+    if (ep) {
+      for (auto& b : blocks) b.erase(std::remove_if(b.begin(), b.end(), [](const NamedModule& m) {
+                                       return is_expert_module(m.name);
+                                     }), b.end());
+    }
+    out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding, std::move(blocks),
                                       has_head ? head_modules(model) : std::vector<NamedModule>{}, tied);
+    if (ep) out.fsdp->add_expert_units(out.efsdp, expert_modules(model));
     model->forward_wrap = out.fsdp->root_wrapper();
     if (!tied) {
       if (has_embedding) wrap_outside(*model->tok_embeddings, out.fsdp->embedding_wrapper());

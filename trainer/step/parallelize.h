@@ -14,6 +14,9 @@ namespace titan {
 
 struct ParallelizedModel {
   std::unique_ptr<Fsdp> fsdp;  // null when no data parallelism is used
+  // Expert parallelism (trainer/step/expert_plan.h): the ep group the MoE blocks exchange
+  // tokens over and the efsdp group their experts are sharded over; null without EP.
+  std::shared_ptr<Communicator> ep, efsdp;
   // Loss summed over tokens / normalizer, on what the model returns (full logits, or the
   // vocabulary shard under loss parallel).
   std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& labels,

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "parallel/fsdp.h"
 #include "parallel/tensor_parallel.h"
+#include "trainer/step/expert_plan.h"
 #include "trainer/step/pipeline_model.h"
 #include "trainer/step/trainer.h"
 
@@ -33,6 +34,13 @@ std::vector<ParamLayout> param_layout(Trainer& t) {
       l.box_offset[l.tp_dim] = (tp.rank() / replicas) * l.box_shape[l.tp_dim];
     }
     l.writes = tp.rank() % replicas == 0;  // one copy of what several tp ranks hold
+    // Expert parallelism: ep rank r holds experts [r L, (r+1) L) of dim 0 (each written by
+    // its holder; a resume under another degree reads its own experts' rows).
+    if (Communicator* ep = t.ep_group(); ep && is_expert_module(p.name)) {
+      l.ep_split = true;
+      l.global_shape[0] *= ep->size();
+      l.box_offset[0] = ep->rank() * l.box_shape[0];
+    }
     // A tied embedding under PP: the first stage writes it, the last stage's copy loads it.
     if (t.pipeline() && t.pipeline()->tied_copy() && p.name == "tok_embeddings.weight") l.writes = false;
     if (t.fsdp()) {
@@ -50,7 +58,10 @@ bool writes_tensors(Trainer& t) { return !t.mesh().has("dp_replicate") || t.mesh
 torch::Tensor full_parameter(Trainer& t, size_t i, const ParamLayout& l) {
   torch::NoGradGuard no_grad;
   auto& p = t.optimizer().params()[i].param;
-  torch::Tensor box = t.fsdp() ? gather_full_parameter(*t.mesh()["fsdp"], p, l.box_shape) : p.detach().clone();
+  // Expert weights under EP are FSDP-sharded over efsdp (the unit's own group), then split over ep.
+  Communicator& shard_group = l.ep_split ? t.fsdp()->shard_group_of(p) : *t.mesh()["fsdp"];
+  torch::Tensor box = t.fsdp() ? gather_full_parameter(shard_group, p, l.box_shape) : p.detach().clone();
+  if (l.ep_split) box = gather_tp_blocks(box, 0, 1, *t.ep_group());
   if (l.tp_dim < 0) return box;
   return gather_tp_blocks(box, l.tp_dim, t.tp_shard_replicas(l.name), *t.mesh()["tp"]);
 }

@@ -24,6 +24,7 @@ struct ParamLayout {
   int64_t flat_offset = 0;  // FSDP: where this rank's shard starts in the box's flattening
   int64_t length = 0;       // elements of real data in this rank's piece (padding excluded)
   bool writes = true;       // false on tp ranks > 0 for tensors replicated over tp (one copy on disk)
+  bool ep_split = false;    // an MoE expert weight split on dim 0 over the ep group
 };
 
 // One entry per optimizer parameter, in order.

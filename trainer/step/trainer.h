@@ -77,6 +77,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   DataLoader& loader() { return *loader_; }
   Fsdp* fsdp() { return parallel_.fsdp.get(); }
+  // Expert parallelism's ep group (experts split on dim 0 over it); null without EP.
+  Communicator* ep_group() { return parallel_.ep.get(); }
   PipelineModel* pipeline() { return pipeline_.get(); }  // null without pipeline parallelism
   int64_t step() const { return step_; }  // optimizer steps taken
   int64_t skipped_steps() const { return skipped_steps_; }  // of those, skipped as non-finite
