@@ -14,7 +14,6 @@
 
 #include "common/error.h"
 #include "parallel/context_parallel.h"
-#include "parallel/fsdp_observer.h"
 #include "parallel/tensor_parallel.h"
 #include "trainer/step/memory_limits.h"
 #include "trainer/config/resolve_model.h"
@@ -161,6 +160,7 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   if (!on_meta_) model_->init_weights(static_cast<uint64_t>(cfg_.training.seed));
   if (plan) pipeline_ = std::make_unique<PipelineModel>(cfg_, args_, *mesh_, std::move(*plan), on_meta_);
   parallel_ = parallelize(model_, *mesh_, cfg_, pipeline_.get());
+  tp_grads_ = TpGradientPlan(parallel_);
 
   const int64_t dp = mesh_->size("dp");
   const int64_t local_bs = cfg_.training.local_batch_size;
@@ -196,40 +196,22 @@ double Trainer::global_grad_sq_norm() {
   // stage's copy of a tied embedding, which is left out (the first stage counts it).
   const torch::Tensor embedding = registered_embedding();
   const torch::Tensor* copy = pipeline_ && pipeline_->tied_copy() ? &embedding : nullptr;
-  double sharded = 0, sharded_here = 0, all = 0;
-  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
-    const auto& g = parallel_.tp_sharded[i].grad();
-    if (!g.defined()) continue;
-    const double sq = squared_sum(g);
-    sharded_here += sq;
-    if (copy && parallel_.tp_sharded[i].is_same(*copy)) continue;
-    sharded += sq / static_cast<double>(parallel_.tp_shard_replicas[i]);
-  }
-  all = optimizer_->grad_sq_norm();
-  // The copy's square stays in sharded_here (under TP) or is taken out here (without).
-  if (copy && copy->grad().defined() && !std::any_of(parallel_.tp_sharded.begin(), parallel_.tp_sharded.end(),
-                                                     [&](const torch::Tensor& t) { return t.is_same(*copy); }))
-    all -= squared_sum(copy->grad());
-  const double replicated = all - sharded_here;
-  const double over_tp = all_reduce_sum(*(*mesh_)["tp"], sharded) + replicated;
+  const TpGradientPlan::NormShare tp = tp_grads_.norm_share(copy);
+  double all = optimizer_->grad_sq_norm();
+  // The copy's square stays in tp.here (under TP) or is taken out here (without).
+  if (copy && copy->grad().defined() && !tp_grads_.shards(*copy)) all -= squared_sum(copy->grad());
+  const double replicated = all - tp.here;
+  const double over_tp = all_reduce_sum(*(*mesh_)["tp"], tp.sharded) + replicated;
   const double over_fsdp = all_reduce_sum(*(*mesh_)["fsdp"], over_tp);
   return pipeline_ ? all_reduce_sum(*(*mesh_)["pp"], over_fsdp) : over_fsdp;
 }
 
 int64_t Trainer::tp_shard_dim(const std::string& name) const {
-  const auto* impl = model_->named_parameters()[name].unsafeGetTensorImpl();
-  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
-    if (parallel_.tp_sharded[i].unsafeGetTensorImpl() == impl) return parallel_.tp_shard_dims[i];
-  }
-  return -1;
+  return tp_grads_.shard_dim(model_->named_parameters()[name].unsafeGetTensorImpl());
 }
 
 int64_t Trainer::tp_shard_replicas(const std::string& name) const {
-  const auto* impl = model_->named_parameters()[name].unsafeGetTensorImpl();
-  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
-    if (parallel_.tp_sharded[i].unsafeGetTensorImpl() == impl) return parallel_.tp_shard_replicas[i];
-  }
-  return 1;
+  return tp_grads_.shard_replicas(model_->named_parameters()[name].unsafeGetTensorImpl());
 }
 
 std::map<std::string, torch::Tensor> Trainer::gather_full_parameters() {
@@ -321,24 +303,7 @@ Trainer::StepResult Trainer::train_step() {
     loss.backward();
     if (!on_meta_) r.loss += loss.item<double>();
   }
-  Communicator& tp = *(*mesh_)["tp"];
-  if (!parallel_.tp_partial_grads.empty()) {
-    std::vector<torch::Tensor> grads;
-    for (auto& p : parallel_.tp_partial_grads) grads.push_back(p.grad());
-    note_shard_collective(parallel_.fsdp.get(), "all_reduce", tp, parallel_.tp_partial_grads, grads);
-    tp.all_reduce(grads, ReduceOp::kSum)->wait();
-  }
-  std::vector<torch::Tensor> replicated_blocks;  // KV heads replicated over tp
-  int64_t replicas = 1;
-  for (size_t i = 0; i < parallel_.tp_sharded.size(); ++i) {
-    if (parallel_.tp_shard_replicas[i] == 1 || !parallel_.tp_sharded[i].grad().defined()) continue;
-    replicas = parallel_.tp_shard_replicas[i];
-    replicated_blocks.push_back(parallel_.tp_sharded[i].mutable_grad());
-  }
-  // Its zero-padded slots are sized by the shard with no tensor read (simulation: not resized).
-  if (FsdpObserver* o = fsdp_observer(); o && parallel_.fsdp && replicas > 1 && tp.size() > 1)
-    o->unsupported("KV heads replicated over tp sum their gradient shards through zero-padded slots");
-  sum_over_replicas(replicated_blocks, replicas, tp);
+  tp_grads_.finish(*(*mesh_)["tp"], parallel_.fsdp.get());
   // Tied embeddings under PP: the first and last stages' copies add their gradients (each
   // the full data-parallel sum by now, FSDP's a shard of it), then clip and step alike.
   if (pipeline_ && args_.tie_embeddings)

@@ -18,6 +18,7 @@
 #include "trainer/components/optimizer.h"
 #include "trainer/step/parallelize.h"
 #include "trainer/step/pipeline_model.h"
+#include "trainer/step/tp_gradients.h"
 #include "trainer/data/tokenizer.h"
 
 namespace titan {
@@ -95,6 +96,7 @@ class Trainer {
   Transformer model_{nullptr};
   std::unique_ptr<PipelineModel> pipeline_;
   ParallelizedModel parallel_;
+  TpGradientPlan tp_grads_;  // finishes the TP gradients after backward (tp_gradients.h)
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<NamedParam> params_;
