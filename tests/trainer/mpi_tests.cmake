@@ -13,6 +13,14 @@ foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_sha
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(checkpoint_${name}_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+# MoE expert biases (aux-loss-free balancing) survive a resume bit for bit: one process, FSDP 2, PP 2.
+foreach(np 1 2)
+  add_test(NAME checkpoint_moe_bias_np${np}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/moe_bias_resume.py ${np}
+                   --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
+                   --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
+  set_tests_properties(checkpoint_moe_bias_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
 
 # Simulator: a simulated 4-chip step issues exactly the collectives (op, group, bytes, order
 # per group) of a real 4-rank step; FSDP 4, HSDP 2x2 and FSDP 2 x TP 2, fused and separate.

@@ -199,7 +199,12 @@ void Checkpointer::save(int64_t step, bool model_only) {
                   if (!writes) return;  // replicas (dp_replicate > 0) hold copies
                   for (size_t i = 0; i < per_param.size(); ++i) piece(group, i, per_param[i], exportable && model_only);
                 },
-                &job->rng};
+                &job->rng,
+                [&](const std::string& group, const std::string& name, const torch::Tensor& t) {
+                  auto v = t.detach().reshape({-1}).to(torch::kCPU).clone();  // small: a copy in sync mode too
+                  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+                  job->pieces.push_back({group, name, shape, 0, v, {}, {}});
+                }};
   for (auto& part : parts_) {
     if (!model_only || part.model_only) part.save(sink);
   }

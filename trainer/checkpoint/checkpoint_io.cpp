@@ -198,7 +198,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::vector<std
       TITAN_CHECK(m.step == meta_.step && m.model_args_json == meta_.model_args_json, path,
                   ": belongs to another checkpoint (step ", m.step, " vs ", meta_.step, ")");
     }
-    for (const char* group : {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"}) {
+    for (const char* group : {"model", "model_buffers", "optimizer/exp_avg", "optimizer/exp_avg_sq"}) {
       if (!h5::exists(f->handle.get(), group)) continue;
       h5::Handle g = h5::open_group(f->handle.get(), group);
       for (auto& name : h5::children(g.get())) {

@@ -102,6 +102,14 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(const std::string& dir
                       // Same world size: each rank its own stream; otherwise rank 0's (documented).
                       const int64_t r = m.world_size == trainer_.world().size() ? trainer_.world().rank() : 0;
                       return reader.rng(r);
+                    },
+                    [&](const std::string& group, const std::string& name, const torch::Tensor& like) {
+                      if (!reader.has(group, name)) return torch::Tensor();
+                      TITAN_CONFIG_CHECK(reader.global_shape(group, name) == like.sizes().vec(), dir, ": ", group, "/",
+                                         name, " has another shape than this model's");
+                      auto t = torch::zeros({like.numel()}, like.options().requires_grad(false));
+                      reader.read(group, name, 0, t);
+                      return t;
                     }};
   for (auto& part : parts_) {
     if (skip.count(part.name) || (model_only && !part.model_only)) continue;

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/checkpoint/moe_buffers.h"
 #include "trainer/step/trainer.h"
 
 namespace titan {
@@ -49,8 +50,18 @@ std::vector<StatefulPart> training_state(Trainer& t) {
   };
 
   StatefulPart model{"model", /*model_only=*/true};
-  model.save = [params](SaveSink& s) { s.tensors("model", params(), /*exportable=*/true); };
-  model.stage = [params](LoadSource& in) { return copy_into(params(), in.tensors("model", params())); };
+  model.save = [&t, params](SaveSink& s) {
+    s.tensors("model", params(), /*exportable=*/true);
+    save_moe_buffers(t, s);
+  };
+  model.stage = [&t, params](LoadSource& in) -> std::function<void()> {
+    auto weights = copy_into(params(), in.tensors("model", params()));
+    auto buffers = stage_moe_buffers(t, in);
+    return [weights, buffers] {
+      weights();
+      buffers();
+    };
+  };
   parts.push_back(model);
 
   StatefulPart optim{"optimizer"};

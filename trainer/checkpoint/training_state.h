@@ -22,6 +22,9 @@ struct SaveSink {
   CheckpointMeta& meta;  // scalars: meta.state[name] = value
   std::function<void(const std::string& group, const std::vector<torch::Tensor>& per_param, bool exportable)> tensors;
   torch::Tensor* rng;
+  // A tensor that is not an optimizer parameter, written whole as group/name (the part
+  // decides which rank writes it; moe_buffers.h).
+  std::function<void(const std::string& group, const std::string& name, const torch::Tensor& t)> whole;
 };
 
 // What a part reads from. tensors(): this rank's pieces of a group, shaped like `like` (flat).
@@ -29,6 +32,9 @@ struct LoadSource {
   const CheckpointMeta& meta;
   std::function<std::vector<torch::Tensor>(const std::string& group, const std::vector<torch::Tensor>& like)> tensors;
   std::function<torch::Tensor()> rng;
+  // The whole tensor group/name shaped like `like` (flat), or an undefined tensor when the
+  // checkpoint lacks it; a shape other than like's throws.
+  std::function<torch::Tensor(const std::string& group, const std::string& name, const torch::Tensor& like)> whole;
 };
 
 struct StatefulPart {
