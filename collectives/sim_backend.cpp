@@ -3,6 +3,7 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -101,11 +102,12 @@ class SimCommunicator : public Communicator {
   void run_all_to_all(const at::Tensor&, const at::Tensor& in) override {
     record("all_to_all", nbytes(in));
   }
-  // Uneven blocks are costed by the bytes this rank sends (nccl-tests' all_to_all convention);
-  // the meta tensors' row counts carry the simulated routing.
-  void run_all_to_all_v(const at::Tensor&, const at::Tensor& in, const std::vector<int64_t>&,
+  // Uneven blocks are costed by the larger of what this rank sends and receives: under skewed
+  // routing the rank holding hot experts receives more than it sends, and its links carry both.
+  // The meta tensors' row counts carry the simulated routing.
+  void run_all_to_all_v(const at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>&,
                         const std::vector<int64_t>&) override {
-    record("all_to_all", nbytes(in));
+    record("all_to_all", std::max(nbytes(in), nbytes(out)));
   }
   void run_send(const at::Tensor& t, int, int) override { record("send", nbytes(t)); }
   void run_recv(const at::Tensor& t, int, int) override { record("recv", nbytes(t)); }

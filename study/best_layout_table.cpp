@@ -145,8 +145,19 @@ std::string format_best_layout_table(const BestLayoutTable& t, const PriceTable&
        << t.searched[i] << "\n";
     os << "           " << r.detail << "\n";
   }
+  for (const auto& a : assumed_figure_lines(t.best, prices)) os << a << "\n";
   return os.str();
 }
+
+namespace {
+
+// The prices file as a reader of the repository finds it: relative to the source tree when in it.
+std::string shown_path(const std::string& file) {
+  const std::filesystem::path rel = std::filesystem::path(file).lexically_relative(TITAN_SOURCE_DIR);
+  return rel.empty() || rel.string().rfind("..", 0) == 0 ? file : rel.string();
+}
+
+}  // namespace
 
 std::string write_best_layout_markdown(const std::string& path, const BestLayoutTable& t, const PriceTable& prices) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -166,7 +177,8 @@ std::string write_best_layout_markdown(const std::string& path, const BestLayout
       << " tokens (goodput.total_tokens): goodput is the useful share of the expected wall time once failures, "
          "restarts, lost work, checkpoint saves and stragglers are counted; $ and kWh cover the whole wall time "
          "(docs/goodput.md).\n";
-  f << "\nPrices (US$ per chip-hour) from " << prices.file << ":\n\n";
+  for (const auto& a : assumed_figure_lines(t.best, prices)) f << "\n" << a << "\n";
+  f << "\nPrices (US$ per chip-hour) from " << shown_path(prices.file) << ":\n\n";
   for (const auto& [dev, pr] : prices.by_device) f << "- " << dev << ": " << pr.usd_per_chip_hour << " (" << pr.kind << "; " << pr.source << ")\n";
   return path;
 }

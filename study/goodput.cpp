@@ -65,7 +65,6 @@ std::string format_goodput_table(const std::vector<Point>& points, const std::ve
      << std::setw(7) << "MFU %" << std::setw(10) << "goodput %" << std::setw(10) << "wall h" << std::setw(10)
      << "failures" << std::setw(10) << "ckpt s" << std::setw(9) << "$/Mtok" << std::setw(10) << "kWh/Mtok"
      << std::setw(11) << "gCO2/Mtok" << "\n";
-  std::vector<std::string> assumed;
   for (const Point& p : points) {
     std::string label;
     for (const auto& k : keys)
@@ -90,16 +89,24 @@ std::string format_goodput_table(const std::vector<Point>& points, const std::ve
     os << std::setprecision(1) << std::setw(11);
     if (f.has_energy) os << f.energy.gco2_per_mtok; else os << "-";
     os << "\n";
-    if (!f.assumed.empty()) {
-      const std::string a = p.cfg.simulation.device + ": " + f.assumed;
-      if (std::find(assumed.begin(), assumed.end(), a) == assumed.end()) assumed.push_back(a);
-    }
   }
   os << std::defaultfloat << "goodput: useful share of the expected wall time of "
      << (points.empty() ? 0 : points[0].cfg.goodput.total_tokens)
-     << " tokens (failures, restarts, lost work, checkpoints, stragglers: docs/goodput.md)\n";
-  for (const auto& a : assumed) os << "ASSUMED / ESTIMATED figures (no public source) in " << a << "\n";
+     << " tokens (failures, restarts, lost work, checkpoints, stragglers: docs/goodput.md); ckpt s: seconds "
+        "between checkpoints\n";
+  for (const auto& a : assumed_figure_lines(points, prices)) os << a << "\n";
   return os.str();
+}
+
+std::vector<std::string> assumed_figure_lines(const std::vector<Point>& points, const PriceTable& prices) {
+  std::vector<std::string> lines;
+  for (const Point& p : points) {
+    const RunFigures f = run_figures(p, prices);
+    if (!f.ok || f.assumed.empty()) continue;
+    const std::string a = "ASSUMED / ESTIMATED figures (no public source) in " + p.cfg.simulation.device + ": " + f.assumed;
+    if (std::find(lines.begin(), lines.end(), a) == lines.end()) lines.push_back(a);
+  }
+  return lines;
 }
 
 std::string draw_goodput_plot(const std::string& folder, const std::string& name, const std::string& x_key,

@@ -30,6 +30,9 @@ struct RunFigures {
 
 RunFigures run_figures(const Point& p, const PriceTable& prices);
 
+// "ASSUMED / ESTIMATED figures ..." lines, one per device, for the points' run columns.
+std::vector<std::string> assumed_figure_lines(const std::vector<Point>& points, const PriceTable& prices);
+
 // The goodput table titan-study prints for a sweep: per point its chips, step, MFU, goodput,
 // wall hours, failures, checkpoint interval (s), cost and energy per million tokens.
 std::string format_goodput_table(const std::vector<Point>& points, const std::vector<std::string>& keys,

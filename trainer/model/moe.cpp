@@ -261,4 +261,10 @@ void update_expert_bias(Transformer& model) {
   }
 }
 
+void reset_expert_load(Transformer& model) {
+  torch::NoGradGuard no_grad;
+  for (MoEImpl* m : moe_blocks(model))
+    if (m->tokens_per_expert.defined() && !m->tokens_per_expert.is_meta()) m->tokens_per_expert.zero_();
+}
+
 }  // namespace titan

@@ -94,5 +94,8 @@ double moe_aux_loss(Transformer& model);
 // mean), added to expert_bias; the load counters restart. model->reduce_expert_load sums the
 // loads over data-parallel ranks first (a plan sets it).
 void update_expert_bias(Transformer& model);
+// Drops the load counted over a step whose optimizer step was skipped, so the next update
+// counts one step, as a checkpoint (which does not save the counter) assumes.
+void reset_expert_load(Transformer& model);
 
 }  // namespace titan

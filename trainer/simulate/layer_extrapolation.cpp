@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "parallel/pipeline_schedule.h"
@@ -103,7 +104,9 @@ LayerSamples layer_samples(const JobConfig& cfg) {
       cfg.activation_checkpoint.mode == AcMode::kSelective && !cfg.activation_checkpoint.op_level()
           ? std::max<int64_t>(1, cfg.activation_checkpoint.every())
           : 1;
-  s.step = stages * period;
+  // A sample must add whole MoE periods too, or samples hold uneven mixes of dense and MoE layers.
+  const int64_t moe_period = args.is_moe() && args.moe_sparse_step > 1 ? args.moe_sparse_step : 1;
+  s.step = stages * std::lcm(period, moe_period);
   const int64_t rest = s.target_layers % s.step;
   for (int j = 0; j < 3; ++j) s.layers[j] = rest + s.step * (kFirstSampleSteps + j);
   s.ok = true;

@@ -320,6 +320,8 @@ Trainer::StepResult Trainer::train_step() {
     optimizer_->step(r.lr, clip_coefficient(r.grad_norm, cfg_.training.max_norm));
     update_expert_bias(model_);  // MoE aux-loss-free balancing (a no-op otherwise)
     check_finite_parameters();
+  } else {
+    reset_expert_load(model_);
   }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
