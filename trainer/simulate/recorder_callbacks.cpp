@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "devices/fused_ops.h"
 #include "parallel/context_parallel.h"
-#include "parallel/op_save_hook.h"
+#include "trainer/model/op_save_hook.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"

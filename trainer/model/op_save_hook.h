@@ -8,8 +8,9 @@
 // Protocol, per op call: next(op) says what to do. kKeep (the block's forward): run the op
 // and hand its outputs to keep(). kReuse (the block's recompute in backward): do not run the
 // op; take() returns the outputs kept for this call, which the op returns from an autograd
-// node whose backward is the op's own backward, on the recomputed inputs. Header-only: the
-// model layer, which links no parallel library, includes it.
+// node whose backward is the op's own backward, on the recomputed inputs. Header-only and
+// owned by the model layer: the policies in parallel/ implement it without the model linking
+// them.
 #pragma once
 
 #include <string>
