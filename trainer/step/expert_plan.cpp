@@ -13,9 +13,6 @@ void check_expert_parallel_config(const JobConfig& cfg, const ModelArgs& args, c
                      p.expert_tensor_parallel_degree, ") is not supported yet: only 1 (experts whole on each "
                      "expert-parallel rank)");
   check_expert_parallel(p.expert_parallel_degree, mesh.size("dp_shard"), mesh.size("cp"), args.is_moe() ? args.moe_experts : 0);
-  if (p.expert_parallel_degree == 1) return;
-  TITAN_CONFIG_CHECK(mesh.size("pp") == 1, "parallelism.expert_parallel_degree (", p.expert_parallel_degree,
-                     ") with pipeline_parallel_degree ", mesh.size("pp"), " is not supported yet");
 }
 
 bool is_expert_module(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
@@ -36,6 +33,10 @@ void apply_expert_parallel(Transformer& model, std::shared_ptr<Communicator> ep_
   for (auto& block : model->layers) {
     if (!block || !block->moe) continue;
     MoEImpl& moe = *block->moe;
+    // Under pipeline parallelism the EP group is this stage's (every mesh group is taken at
+    // this rank's pp coordinate); another stage's block was freed by the pipeline plan and
+    // never runs here.
+    if (moe.experts->w1->weight.numel() == 0) continue;
     const int64_t local = moe.n_experts / ep.size();
     for (auto* w : {&moe.experts->w1, &moe.experts->w2, &moe.experts->w3}) {
       torch::Tensor param = (*w)->weight;  // the registered parameter (same TensorImpl)

@@ -273,7 +273,16 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     }
     out.fsdp = std::make_unique<Fsdp>(mesh["fsdp"], mesh["dp_replicate"], o, embedding, std::move(blocks),
                                       has_head ? head_modules(model) : std::vector<NamedModule>{}, tied);
-    if (ep) out.fsdp->add_expert_units(out.efsdp, expert_modules(model));
+    if (ep) {
+      auto experts = expert_modules(model);
+      if (pipeline) {  // this rank's blocks only, in the order of its block units
+        std::vector<std::vector<NamedModule>> local;
+        for (size_t i = 0; i < experts.size(); ++i)
+          if (pipeline->holds_layer(static_cast<int64_t>(i))) local.push_back(std::move(experts[i]));
+        experts = std::move(local);
+      }
+      out.fsdp->add_expert_units(out.efsdp, std::move(experts));
+    }
     model->forward_wrap = out.fsdp->root_wrapper();
     if (!tied) {
       if (has_embedding) wrap_outside(*model->tok_embeddings, out.fsdp->embedding_wrapper());
