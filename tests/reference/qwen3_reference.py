@@ -138,7 +138,11 @@ def check(in_path, cpp_path, tol, optimizer_on_cpp_grads):
     1e-10 in g changes by a few percent of lr. A C++ path that sums in another order (fused
     kernels) differs from PyTorch by such roundoff; with optimizer_on_cpp_grads the reference
     AdamW therefore steps from the C++ gradients (compared with its own first), so that each
-    stage is checked on the same inputs."""
+    stage is checked on the same inputs. For the same reason the reference runs on the caller's
+    intra-op thread count (--threads): libtorch's GEMMs split their sums by thread, so 1 thread
+    against 2 gives gradients that differ in the last bits (up to 2e-7 of the largest), and an
+    element whose gradient is 1.5e-9, below eps, then moves 1.3e-6 further: 1.7e-5 of the
+    parameters' scale (Qwen3WithQkNorm's layers.0.attention.wk)."""
     tensors, meta = read_safetensors(in_path)
     cfg = json.loads(meta["config"])
     inputs, labels = tensors.pop("inputs"), tensors.pop("labels")
@@ -218,6 +222,8 @@ def main():
     c.add_argument("cpp_outputs")
     c.add_argument("--tol", type=float, default=1e-5)
     c.add_argument("--optimizer-on-cpp-grads", action="store_true")
+    # The caller's intra-op thread count: the GEMMs' reduction order follows it (see check()).
+    c.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     b = sub.add_parser("bench")
     for name, default in [("dim", 128), ("n_layers", 4), ("n_heads", 8), ("n_kv_heads", 4), ("head_dim", 16),
                           ("ffn", 384), ("vocab", 257), ("batch", 8), ("seq", 128), ("steps", 10), ("threads", 2)]:
@@ -225,6 +231,8 @@ def main():
     args = ap.parse_args()
     torch.set_default_dtype(torch.float32)
     if args.cmd == "check":
+        if args.threads > 0:
+            torch.set_num_threads(args.threads)
         return check(args.inputs, args.cpp_outputs, args.tol, args.optimizer_on_cpp_grads)
     return bench(args)
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -113,6 +114,23 @@ TEST(Simulate, ActivationCheckpointRecomputesAttention) {
 // What torch.compile per block leaves eager (OpDesc::outside_blocks): the blocks' matmuls and
 // attention forward, recompute and backward are inside; the output head, the loss, FSDP's
 // casts and the optimizer step are outside.
+// A recording builds the trainer on the meta device, which computes nothing: it must leave
+// the process's intra-op thread count as it found it. It once set training.threads (or the
+// hardware threads) for good, so that a later CPU test in the same process summed in another
+// order (ReferenceParity against a 1-thread reference, after MoeSimulate).
+TEST(Simulate, RecordingLeavesTheThreadCountAlone) {
+  const int before = at::get_num_threads();
+  struct Restore {
+    int n;
+    ~Restore() {
+      if (at::get_num_threads() != n) at::set_num_threads(n);
+    }
+  } restore{before};
+  const int other = before == 3 ? 2 : 3;
+  record_step(sim_config({"--training.threads", std::to_string(other)}));
+  EXPECT_EQ(at::get_num_threads(), before) << "training.threads " << other << " leaked out of the recording";
+}
+
 TEST(Simulate, BlocksAreToldFromTheRestOfTheStep) {
   for (const char* ac : {"none", "full"}) {
     RecordedStep rec = record_step(sim_config({"--activation_checkpoint.mode", ac}));

@@ -111,8 +111,13 @@ ParallelDims parallel_dims(const JobConfig& cfg, int64_t world_size) {
 Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_meta)
     : cfg_(cfg), world_(std::move(world)), on_meta_(on_meta) {
   // torch::set_num_threads rebuilds libtorch's pthreadpool (a new worker that spins for
-  // milliseconds) even at the current count, and simulated studies build a Trainer per recording.
-  if (const int threads = choose_threads(cfg_); at::get_num_threads() != threads) torch::set_num_threads(threads);
+  // milliseconds) even at the current count. On the meta device (the simulator's recordings)
+  // nothing is computed, so the count is left alone: it is process-wide and outlives this
+  // Trainer, and a recording that set it (libtorch defaults to the physical cores, 1 on a
+  // 2-thread host; choose_threads counts hardware threads) changed the reduction order of
+  // every later CPU op in the process (tests/trainer/simulate_test.cpp).
+  if (const int threads = choose_threads(cfg_); !on_meta_ && at::get_num_threads() != threads)
+    torch::set_num_threads(threads);
   if (!on_meta_) keep_freed_memory_in_process();
   if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   torch::manual_seed(cfg_.training.seed);
