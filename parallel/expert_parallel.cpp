@@ -18,6 +18,38 @@ void check_expert_parallel(int64_t ep, int64_t dp_shard, int64_t cp, int64_t exp
                      " = ", dp_shard * cp, "): expert parallelism borrows those ranks, as TorchTitan does");
 }
 
+void check_expert_tensor_parallel(int64_t etp, int64_t tp, int64_t experts, int64_t moe_ffn_dim,
+                                  int64_t shared_ffn_dim) {
+  TITAN_CONFIG_CHECK(etp >= 1, "parallelism.expert_tensor_parallel_degree must be >= 1, got ", etp);
+  if (etp == 1) return;
+  TITAN_CONFIG_CHECK(etp == tp, "parallelism.expert_tensor_parallel_degree (", etp,
+                     ") must be 1 (experts whole on every tensor-parallel rank) or parallelism.tensor_parallel_degree (",
+                     tp, ": experts sharded over tp), the two values TorchTitan allows");
+  TITAN_CONFIG_CHECK(experts > 0, "parallelism.expert_tensor_parallel_degree (", etp,
+                     ") > 1 needs a mixture-of-experts model (model.moe_experts is 0)");
+  TITAN_CONFIG_CHECK(moe_ffn_dim % etp == 0, "parallelism.expert_tensor_parallel_degree (", etp,
+                     ") must divide the experts' hidden size (model.moe_ffn_dim = ", moe_ffn_dim, ")");
+  TITAN_CONFIG_CHECK(shared_ffn_dim % etp == 0, "parallelism.expert_tensor_parallel_degree (", etp,
+                     ") must divide the shared expert's hidden size (model.moe_shared_ffn_dim = ", shared_ffn_dim, ")");
+}
+
+namespace {
+
+struct ScaleGradient : public torch::autograd::Function<ScaleGradient> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, double factor) {
+    ctx->saved_data["factor"] = factor;
+    return x.view_as(x);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    return {grads[0] * ctx->saved_data["factor"].toDouble(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor scale_gradient(const torch::Tensor& x, double factor) { return ScaleGradient::apply(x, factor); }
+
 ExpertGroups build_expert_groups(DeviceMesh& mesh, int64_t ep) {
   const std::vector<int> fsdp = mesh.group_ranks({"dp_shard", "cp"});
   const int64_t n = static_cast<int64_t>(fsdp.size());

@@ -22,6 +22,19 @@ namespace titan {
 // the model's experts; ep > 1 needs experts.
 void check_expert_parallel(int64_t ep, int64_t dp_shard, int64_t cp, int64_t experts);
 
+// Expert tensor parallelism (TorchTitan's parallelism.expert_tensor_parallel_degree): 1 keeps
+// each MoE block's experts whole on every tp rank; tp shards them over the tensor-parallel group
+// as a dense MLP is (w1 / w3 over their hidden rows, w2 over its hidden columns, the partial
+// outputs summed over tp). TorchTitan allows no other value. Errors name the keys; experts:
+// the model's experts per block (0: dense model); ffn dims of the experts and shared expert.
+void check_expert_tensor_parallel(int64_t etp, int64_t tp, int64_t experts, int64_t moe_ffn_dim,
+                                  int64_t shared_ffn_dim);
+
+// Identity forward; backward multiplies the gradient by `factor`. Under expert TP every tp
+// rank computes the same load-balancing loss, whose router gradient must count once in a
+// sum over tp (parallel/expert_parallel.cpp's users: trainer/step/moe_tensor_plan.cpp).
+torch::Tensor scale_gradient(const torch::Tensor& x, double factor);
+
 // The two groups expert parallelism adds to the mesh. The fsdp group (dp_shard x cp, group
 // rank f) splits into blocks of ep consecutive ranks: ep = the ranks of f's block (group rank
 // f % ep: it holds experts [(f % ep) E/ep, (f % ep + 1) E/ep)); efsdp = the ranks at the same

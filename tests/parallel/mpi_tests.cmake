@@ -273,9 +273,9 @@ context_parallel_failure(bad_rotate_method
   --parallelism.context_parallel_rotate_method ring)
 # MoE under tensor parallel, alone and with EP (experts and router whole on every tp rank; under
 # SP each tp rank routes its own sequence shard and their gradients are summed over tp).
-# Under SP the load-balancing loss is a statistic of each tp rank's shard, not of the whole
-# sequence (measured against one process: losses 8.4e-4, parameters 5.1e-2 at coefficient 1e-3),
-# so the SP layouts run with it off; without SP it is exact and stays on.
+# Under SP the load-balancing loss (on, coefficient 1e-3) needs the routing statistics of the
+# whole sequence: they are summed over tp before the loss is formed (trainer/step/moe_tensor_plan.h;
+# with each tp rank's own, losses differed from one process by 8.4e-4, parameters by 5.1e-2).
 set(_moe_tp +--model.flavor=debugmodel_moe,--model.moe_bias_update_coeff=1e-3,--model.vocab_size=258,--training.fused_kernels=false)
 add_test(NAME parallel_loss_parity_expert_tensor_parallel
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
@@ -286,11 +286,46 @@ add_test(NAME parallel_loss_parity_expert_tensor_parallel
 set_tests_properties(parallel_loss_parity_expert_tensor_parallel PROPERTIES TIMEOUT 900 PROCESSORS 4)
 add_test(NAME parallel_loss_parity_expert_tensor_parallel_sp
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
-                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- ${_moe_tp},--model.moe_aux_loss_coeff=0
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- ${_moe_tp}
                  moe_tp2_sp:2:--parallelism.tensor_parallel_degree=2
                  ep2_tp2_sp:4:--parallelism.tensor_parallel_degree=2,--parallelism.expert_parallel_degree=2
          WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(parallel_loss_parity_expert_tensor_parallel_sp PROPERTIES TIMEOUT 900 PROCESSORS 4)
+# Expert tensor parallel (parallelism.expert_tensor_parallel_degree = tp): experts and the shared
+# expert split over their hidden dim on tp, alone and with EP 2 (4 ranks: tp 2 x dp_shard 2, ep
+# borrowed from dp_shard), with and without SP, load-balancing loss at 1e-2 so its gradient
+# counts; both collective modes on mpi and gloo.
+set(_etp --parallelism.tensor_parallel_degree=2,--parallelism.expert_tensor_parallel_degree=2)
+foreach(backend mpi gloo)
+  set(_c --comm.backend=${backend})
+  add_test(NAME parallel_loss_parity_expert_tensor_parallel_etp_${backend}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                   ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- ${_moe_tp},--model.moe_shared_ffn_dim=64,--model.moe_aux_loss_coeff=1e-2
+                   etp2_sp_fused:2:${_etp},${_c},--comm.collective_mode=fused
+                   etp2_separate:2:${_etp},${_c},--comm.collective_mode=separate,--parallelism.enable_sequence_parallel=false
+                   ep2_etp2_sp_separate:4:${_etp},${_c},--comm.collective_mode=separate,--parallelism.expert_parallel_degree=2
+                   ep2_etp2_fused:4:${_etp},${_c},--comm.collective_mode=fused,--parallelism.expert_parallel_degree=2,--parallelism.enable_sequence_parallel=false
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(parallel_loss_parity_expert_tensor_parallel_etp_${backend} PROPERTIES TIMEOUT 900 PROCESSORS 4)
+endforeach()
+# Bad expert-TP input ends every rank with a message naming the key.
+function(expert_tensor_parallel_failure name config regex)
+  add_test(NAME parallel_expert_tensor_parallel_${name}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/collectives/expect_failure.sh 30 "${regex}"
+                   ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -np 2 $<TARGET_FILE:titan-train>
+                   --config ${CMAKE_SOURCE_DIR}/configs/${config}.toml --training.steps 1 ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(parallel_expert_tensor_parallel_${name} PROPERTIES TIMEOUT 60 PROCESSORS 2)
+endfunction()
+expert_tensor_parallel_failure(not_1_or_tp debug_moe
+  "parallelism.expert_tensor_parallel_degree \\(4\\) must be 1 .* or parallelism.tensor_parallel_degree \\(2"
+  --model.vocab_size 258 --parallelism.tensor_parallel_degree 2 --parallelism.expert_tensor_parallel_degree 4)
+expert_tensor_parallel_failure(dense_model debug_model
+  "parallelism.expert_tensor_parallel_degree \\(2\\) > 1 needs a mixture-of-experts model"
+  --parallelism.tensor_parallel_degree 2 --parallelism.expert_tensor_parallel_degree 2)
+expert_tensor_parallel_failure(hidden_not_divisible debug_moe
+  "parallelism.expert_tensor_parallel_degree \\(2\\) must divide the experts' hidden size \\(model.moe_ffn_dim = 95\\)"
+  --model.vocab_size 258 --model.moe_ffn_dim 95 --parallelism.tensor_parallel_degree 2 --parallelism.expert_tensor_parallel_degree 2)
 
 # Expert parallelism (parallel/expert_parallel.h) on the debug MoE: experts split over ep ranks
 # borrowed from dp_shard, tokens exchanged by all-to-all-v; with dp_shard 4 and ep 2 the experts

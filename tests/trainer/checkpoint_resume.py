@@ -27,6 +27,10 @@ training.steps 20 and stop after the step-10 save through TITAN_CHECKPOINT_FAULT
                   EP 4 and on 1 rank, and a 1-rank checkpoint resumed on PP 2 x EP 2 (within
                   1e-6; the other layouts run the pipeline's micro-batch of 1, since the
                   load-balancing loss is a statistic of each forward, docs/models.md)
+  expert_tensor 4 the debug MoE on expert TP 2 x EP 2 (tp 2 x dp_shard 2; experts split over ep
+                  and their hidden dim over tp): resume bit for bit, every tensor stored once;
+                  that checkpoint resumed on 1 rank and on EP 4, and a 1-rank checkpoint
+                  resumed on expert TP 2 x EP 2 (within 1e-6)
   pipeline_tied 4 tied embeddings on PP 2 x FSDP 2: resume bit for bit; that checkpoint (the
                   weight written once, by the first stage) resumed on 1 rank, and a 1-rank
                   checkpoint resumed on PP 2 x TP 2 (both copies loaded; within 5e-6, see
@@ -373,6 +377,23 @@ def expert_pipeline(r):
     compare("single process -> PP 2 x EP 2", got, straight, list(range(11, 21)), LAYOUT_TOL)
 
 
+def expert_tensor(r):
+    w = r.args.workdir
+    etp = MOE + mesh(4, 1, 2) + ["--parallelism.expert_parallel_degree", "2",
+                                 "--parallelism.expert_tensor_parallel_degree", "2"]
+    straight, folder = straight_and_resumed(r, 4, "etp", "expert TP 2 x EP 2", etp)
+    check_tp_files(os.path.join(folder, "step-10"))
+    for np, m, name in [(1, ep_mesh(1, 1), "single process"), (4, ep_mesh(4, 4), "EP 4")]:
+        resumed_on(r, folder, f"etp_to_{name.replace(' ', '')}", np, m, f"expert TP 2 x EP 2 -> {name}", straight)
+    single = os.path.join(w, "ckpt_etp_single")
+    shutil.rmtree(single, ignore_errors=True)
+    interrupted(r, 1, "etp_single_first", ep_mesh(1, 1), single)
+    got, out = r.run(4, "single_to_etp", etp + ["--training.steps", "20"] + ckpt(single))
+    if "resumed from" not in out:
+        sys.exit(f"FAIL: expert TP 2 x EP 2 did not resume the single-process checkpoint\n{out}")
+    compare("single process -> expert TP 2 x EP 2", got, straight, list(range(11, 21)), LAYOUT_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
@@ -387,7 +408,7 @@ def main():
     {"exact": lambda: exact(r, args.np), "reshard": lambda: reshard(r), "kill": lambda: kill(r),
      "missing_shard": lambda: missing_shard(r), "pipeline": lambda: pipeline(r),
      "pipeline_tied": lambda: pipeline_tied(r), "expert": lambda: expert(r),
-     "expert_pipeline": lambda: expert_pipeline(r)}[args.scenario]()
+     "expert_pipeline": lambda: expert_pipeline(r), "expert_tensor": lambda: expert_tensor(r)}[args.scenario]()
     shutil.rmtree(args.workdir, ignore_errors=True)
 
 

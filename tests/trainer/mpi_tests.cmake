@@ -5,7 +5,7 @@ set(_ckpt_driver ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume.py
     --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
     --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
 foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_shard;2" "pipeline;4"
-                 "pipeline_tied;4" "expert;4" "expert_pipeline;4")
+                 "pipeline_tied;4" "expert;4" "expert_pipeline;4" "expert_tensor;4")
   list(GET scenario 0 name)
   list(GET scenario 1 np)
   add_test(NAME checkpoint_${name}_np${np}

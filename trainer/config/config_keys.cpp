@@ -107,7 +107,8 @@ Registry make_registry(JobConfig& c) {
         "EP: each MoE block's experts split over this many ranks borrowed from dp_shard x cp (TorchTitan's), "
         "tokens exchanged by all-to-all; expert weights FSDP-sharded over the rest of dp_shard x cp");
   r.add("parallelism", "expert_tensor_parallel_degree", &p.expert_tensor_parallel_degree, 1, kInf,
-        "expert TP (TorchTitan's key): only 1 is supported yet");
+        "expert TP (TorchTitan's key): 1 keeps each MoE block's experts whole on every tp rank; "
+        "tensor_parallel_degree shards their hidden dim over tp like a dense MLP (no other value)");
   r.add("parallelism", "context_parallel_rotate_method", &p.context_parallel_rotate_method,
         "how ring attention passes K/V: allgather (gather all at once) or alltoall (one ring step at a time, "
         "overlapped with attention)");

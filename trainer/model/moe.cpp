@@ -161,6 +161,10 @@ Routing MoEImpl::route(const torch::Tensor& flat) {
 }
 
 torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
+  return apply_wrap(wrap, x, [this](const torch::Tensor& t) { return forward_local(t); });
+}
+
+torch::Tensor MoEImpl::forward_local(const torch::Tensor& x) {
   const int64_t D = x.size(-1);
   auto flat = x.reshape({-1, D});
   const int64_t N = flat.size(0);
@@ -216,11 +220,15 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   if (aux_loss_coeff > 0 && training) {
     // E * sum_i f_i P_i: f_i the fraction of tokens that chose expert i (HF's, summing to k
     // over experts), P_i the mean router probability of i; per block, weighted by this
-    // forward's share of the batch's tokens.
-    auto f = load / double(N);
-    auto P = r.scores.mean(0);
-    const double share = aux_normalizer > 0 ? double(N) / aux_normalizer : 1.0;
-    auto aux = (f * P).sum() * (aux_loss_coeff * double(n_experts) * share);
+    // forward's share of the batch's tokens. The statistics may be combined with other ranks'
+    // (combine_routing_stats), and then count their tokens too.
+    auto stats = torch::cat({load, r.scores.sum(0), torch::full({1}, double(N), load.options())});
+    if (combine_routing_stats) stats = combine_routing_stats(stats);
+    auto tokens = stats.narrow(0, 2 * n_experts, 1).squeeze(0);
+    auto f = stats.narrow(0, 0, n_experts) / tokens;
+    auto P = stats.narrow(0, n_experts, n_experts) / tokens;
+    auto aux = (f * P).sum() * (aux_loss_coeff * double(n_experts));
+    if (aux_normalizer > 0) aux = aux * (tokens / aux_normalizer);
     last_aux_loss = aux.detach();
     out = AddAuxLoss::apply(out, aux);
   }

@@ -64,7 +64,7 @@ struct Routing {
 class MoEImpl : public torch::nn::Module {
  public:
   MoEImpl(const ModelArgs& args, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> [..., dim]
+  torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> [..., dim], through `wrap`
   Routing route(const torch::Tensor& flat);       // flat [N, dim]
 
   int64_t n_experts, top_k;
@@ -82,6 +82,17 @@ class MoEImpl : public torch::nn::Module {
   double aux_normalizer = 0;
   torch::Tensor last_aux_loss;  // detached value of the last forward's auxiliary term (0-dim)
   int64_t dropped = 0;          // routed slots dropped by the capacity in the last forward
+  // Hooks for plans applied from outside (none by default). wrap: around the whole block's
+  // forward (a plan may change its input and output, e.g. sum partial outputs).
+  WrapFn wrap;
+  // The load-balancing loss is a statistic of every token routed together: where other ranks
+  // route the rest of the same tokens, a plan combines the statistics before the loss is formed.
+  // stats [2E + 1] fp32 = tokens per expert (no grad), router probabilities summed over tokens
+  // (differentiable), tokens; returns the combined [2E + 1]. Null: this forward's own.
+  std::function<torch::Tensor(const torch::Tensor&)> combine_routing_stats;
+
+ private:
+  torch::Tensor forward_local(const torch::Tensor& x);
 };
 
 // Over every MoE block of a model:

@@ -9,9 +9,6 @@ namespace titan {
 
 void check_expert_parallel_config(const JobConfig& cfg, const ModelArgs& args, const DeviceMesh& mesh) {
   const auto& p = cfg.parallelism;
-  TITAN_CONFIG_CHECK(p.expert_tensor_parallel_degree == 1, "parallelism.expert_tensor_parallel_degree (",
-                     p.expert_tensor_parallel_degree, ") is not supported yet: only 1 (experts whole on each "
-                     "expert-parallel rank)");
   check_expert_parallel(p.expert_parallel_degree, mesh.size("dp_shard"), mesh.size("cp"), args.is_moe() ? args.moe_experts : 0);
 }
 

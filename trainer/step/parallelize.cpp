@@ -8,6 +8,7 @@
 #include "parallel/tensor_parallel.h"
 #include "trainer/model/moe.h"
 #include "trainer/step/expert_plan.h"
+#include "trainer/step/moe_tensor_plan.h"
 #include "trainer/step/pipeline_model.h"
 
 namespace titan {
@@ -85,7 +86,7 @@ namespace {
 // column-wise, attention output and down row-wise, embedding and output on the vocabulary;
 // with sequence parallel the norms and the residual stream hold a sequence shard.
 void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool loss_parallel, bool fused,
-                           ParallelizedModel& out) {
+                           bool expert_tp, ParallelizedModel& out) {
   auto shard = [&](WeightModule& m, int64_t dim, int64_t replicas = 1) {
     shard_weight(m, dim, tp, replicas);
     out.tp_sharded.push_back(m.weight);
@@ -119,14 +120,8 @@ void apply_tensor_parallel(Transformer& model, Communicator& tp, bool sp, bool l
     }
     before_columns(block->attention_norm);
     if (block->moe) {
-      // An MoE block keeps its router and experts whole on every tp rank (TorchTitan's expert
-      // TP 1; expert parallelism splits the experts instead). Under SP each tp rank routes its
-      // own sequence shard, so the block's gradients (ffn_norm's too) are partial sums over tp;
-      // without SP every tp rank routes the same tokens and already holds the whole gradient.
-      if (sp) {
-        for (auto& p : block->moe->parameters()) out.tp_partial_grads.push_back(p);
-        out.tp_partial_grads.push_back(block->ffn_norm->weight);
-      }
+      // Experts whole per tp rank (expert TP 1) or sharded over tp (trainer/step/moe_tensor_plan.h).
+      apply_moe_tensor_parallel(*block, tp, sp, expert_tp, out);
       continue;
     }
     auto& ff = block->feed_forward;
@@ -221,7 +216,10 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
   check_tensor_parallel(model->args, tp, cfg.training.seq_len / mesh.size("cp"), sp);
   apply_context_parallel(model, *mesh["cp"], cfg);
   // TP first: FSDP then shards each rank's TP block further (2D: dp_shard x tp).
-  if (tp > 1) apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, out);
+  check_expert_tensor_parallel_config(cfg, model->args);
+  const bool expert_tp = experts_tensor_parallel(cfg);
+  if (tp > 1)
+    apply_tensor_parallel(model, *mesh["tp"], sp, !cfg.parallelism.disable_loss_parallel, fused, expert_tp, out);
   if (pipeline) pipeline->apply(model, out);  // PP split after TP, before FSDP
   // Expert parallelism before FSDP too: FSDP shards each rank's slice of experts over efsdp.
   check_expert_parallel_config(cfg, model->args, mesh);
@@ -232,9 +230,10 @@ ParallelizedModel parallelize(Transformer& model, DeviceMesh& mesh, const JobCon
     out.efsdp = groups.efsdp;
     apply_expert_parallel(model, out.ep);
   }
-  // Routed-token counts: every data rank sees other tokens, and so does each tp rank under SP.
+  // Routed-token counts: every data rank sees other tokens, and so does each tp rank under SP
+  // (unless the experts are sharded over tp: every tp rank then routes the whole sequence).
   std::vector<std::shared_ptr<Communicator>> load_groups = {mesh["loss"]};
-  if (sp) load_groups.push_back(mesh["tp"]);
+  if (sp && !expert_tp) load_groups.push_back(mesh["tp"]);
   sum_expert_load_over(model, load_groups);
   // Activation checkpointing goes inside FSDP (installed first, so it is the inner wrapper):
   // the recomputed forward then runs on parameters FSDP has gathered again.
