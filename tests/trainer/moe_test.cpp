@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 
 #include "common/error.h"
 #include "tests/error_of.h"
@@ -13,6 +14,7 @@
 #include "trainer/config/resolve_model.h"
 #include "trainer/model/moe.h"
 #include "trainer/simulate/simulate.h"
+#include "trainer/simulate/simulate_pipeline.h"
 
 namespace titan {
 namespace {
@@ -246,6 +248,55 @@ TEST(MoeSimulate, Qwen3_30B_A3BOn1024ChipsUsesActiveParameters) {
   cfg.simulation.moe_routing = "skewed";
   SimulationResult skew = simulate(cfg, false);
   EXPECT_GE(skew.report.step_time_s, uni.report.step_time_s * 0.999);
+}
+
+// Expert parallelism inside pipeline stages: each stage's MoE blocks hold E / ep experts and
+// exchange tokens over that stage's ep group (taken from dp_shard at the stage's pp coordinate).
+// 8 chips: pp 2 x dp_shard 4, ep 2; pipeline rank 0 holds layers 0 and 1 of 4.
+TEST(MoeSimulate, DebugMoeExpertParallelInsidePipelineStages) {
+  const std::vector<std::string> base = {"--simulation.enable", "true", "--simulation.num_chips", "8",
+                                         "--simulation.device", "h100", "--activation_checkpoint.mode", "none",
+                                         "--parallelism.pipeline_parallel_degree", "2",
+                                         "--training.local_batch_size", "4"};
+  std::vector<std::string> with_ep = base;
+  with_ep.insert(with_ep.end(), {"--parallelism.expert_parallel_degree", "2"});
+  // Pipeline rank 0's recorded step: its expert products and its all-to-alls.
+  struct Counts {
+    int64_t expert_mms = 0, exchanges = 0, microbatches = 0;
+    std::set<std::string> groups;
+  };
+  auto count = [](const RecordedStep& rec) {
+    Counts c;
+    EXPECT_TRUE(rec.pipeline);
+    if (!rec.pipeline) return c;
+    c.microbatches = rec.pipeline->recorded_microbatches * rec.pipeline->runs;
+    for (const auto& seg : rec.pipeline->ranks[0])
+      for (const auto& e : seg.trace.events()) {
+        // As expert_mms: [count, dim 128] x [128, expert ffn 96].
+        if (e.type == devices::TraceEvent::Type::kCompute && e.op.name == "aten::mm" && e.op.mm.n == 96 && e.op.mm.k == 128)
+          ++c.expert_mms;
+        if (e.type == devices::TraceEvent::Type::kIssue && e.collective.kind == devices::CollectiveKind::kAllToAll) {
+          ++c.exchanges;
+          c.groups.insert(e.collective.group);
+        }
+      }
+    return c;
+  };
+  const Counts pp = count(record_step(moe_sim("debug_moe.toml", base)));
+  const Counts ep = count(record_step(moe_sim("debug_moe.toml", with_ep)));
+  ASSERT_GT(ep.microbatches, 0);
+  EXPECT_EQ(ep.microbatches, pp.microbatches);
+  // Half the experts per block on this rank: half the per-expert products.
+  EXPECT_GT(pp.expert_mms, 0);
+  EXPECT_EQ(2 * ep.expert_mms, pp.expert_mms);
+  // Per block and micro-batch: the counts, the rows out and back in forward, the rows' two
+  // reverse exchanges in backward; 2 blocks on this rank.
+  EXPECT_EQ(pp.exchanges, 0);
+  EXPECT_EQ(ep.exchanges, 2 * ep.microbatches * 5);
+  EXPECT_EQ(ep.groups, std::set<std::string>{"ep2"});
+  SimulationResult r = simulate(moe_sim("debug_moe.toml", with_ep), false);
+  EXPECT_GT(r.mfu_percent, 0.0);
+  EXPECT_TRUE(r.memory.fits);
 }
 
 }  // namespace
