@@ -16,16 +16,20 @@ OpDesc fused(const std::string& name, bool backward, int64_t read, int64_t writt
   return op;
 }
 
+// Every op name a fused kernel gives its ops: the forward, and the backward's ("_backward",
+// the linear's two gradient GEMMs instead).
 const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const char* base : {kFusedRmsNormOp, kFusedSwigluOp, kFusedRopeOp, kFusedCrossEntropyOp, kFusedAttentionOp}) {
-      n.push_back(base);
-      n.push_back(std::string(base) + "_backward");
+    for (const FusedKernelName& k : kFusedKernelNames) {
+      n.push_back(k.op);
+      if (!k.model_op) continue;
+      if (k.kernel == FusedKernel::kLinear) {
+        for (const char* suffix : {"_input_grad", "_weight_grad"}) n.push_back(std::string(k.op) + suffix);
+      } else {
+        n.push_back(std::string(k.op) + "_backward");
+      }
     }
-    for (const char* suffix : {"", "_input_grad", "_weight_grad"}) n.push_back(std::string(kFusedLinearOp) + suffix);
-    n.push_back(kFusedAdamwOp);
-    n.push_back(kFusedSumSquaresOp);
     return n;
   }();
   return names;

@@ -11,20 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "common/fused_kernel_names.h"
 #include "devices/compute_cost.h"
 
 namespace titan::devices {
 
 // Op names (OpDesc::name) of the fused kernels; backward ops add "_backward", the linear's
-// "_input_grad" / "_weight_grad". The cpu device's measured rates are keyed by these names.
-constexpr const char* kFusedLinearOp = "titan::linear";
-constexpr const char* kFusedRmsNormOp = "titan::rms_norm";
-constexpr const char* kFusedSwigluOp = "titan::swiglu";
-constexpr const char* kFusedRopeOp = "titan::rope";
-constexpr const char* kFusedCrossEntropyOp = "titan::cross_entropy";
-constexpr const char* kFusedAttentionOp = "titan::fused_attention";
-constexpr const char* kFusedAdamwOp = "titan::adamw";             // no backward
-constexpr const char* kFusedSumSquaresOp = "titan::sum_squares";  // no backward
+// "_input_grad" / "_weight_grad". The cpu device's measured rates are keyed by these names,
+// which come from the one table of fused kernels (common/fused_kernel_names.h).
+constexpr const char* kFusedLinearOp = fused_kernel_name(FusedKernel::kLinear).op;
+constexpr const char* kFusedRmsNormOp = fused_kernel_name(FusedKernel::kRmsNorm).op;
+constexpr const char* kFusedSwigluOp = fused_kernel_name(FusedKernel::kSwiglu).op;
+constexpr const char* kFusedRopeOp = fused_kernel_name(FusedKernel::kRope).op;
+constexpr const char* kFusedCrossEntropyOp = fused_kernel_name(FusedKernel::kCrossEntropy).op;
+constexpr const char* kFusedAttentionOp = fused_kernel_name(FusedKernel::kAttention).op;
+constexpr const char* kFusedAdamwOp = fused_kernel_name(FusedKernel::kAdamw).op;             // no backward
+constexpr const char* kFusedSumSquaresOp = fused_kernel_name(FusedKernel::kSumSquares).op;  // no backward
 
 // Whether `name` is one of the op names above (with its backward suffixes; attention's also
 // as measured at one shape, with_attention_shape), and the list, for errors.

@@ -61,16 +61,15 @@ const at::Tensor& input_tensor(c10::ArrayRef<const c10::IValue> in, size_t i, co
 bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> in, std::vector<OpDesc>* fwd,
                       std::vector<OpDesc>* bwd) {
   namespace d = devices;
-  if (name == kFusedAdamwScope || name == kFusedSumSquaresScope) {
+  const FusedKernelName* kernel = fused_kernel_by_scope(name.c_str());
+  if (kernel == nullptr) return false;
+  if (!kernel->model_op) {
     // The optimizer's flat passes: (elements, element bytes, the tensors it touches); no backward.
     TITAN_CHECK(in.size() >= 2 && in[0].isInt() && in[1].isInt(), name, ": expected the element count and size");
     const int64_t e = in[0].toInt(), b = in[1].toInt();
-    fwd->push_back(name == kFusedAdamwScope ? d::adamw_op(e, b) : d::sum_squares_op(e, b));
+    fwd->push_back(kernel->kernel == FusedKernel::kAdamw ? d::adamw_op(e, b) : d::sum_squares_op(e, b));
     return true;
   }
-  const bool known = name == kFusedLinearScope || name == kFusedRmsNormScope || name == kFusedSwigluScope ||
-                     name == kFusedRopeScope || name == kFusedCrossEntropyScope || name == kFusedAttentionScope;
-  if (!known) return false;
   const at::Tensor& x = input_tensor(in, 0, name);  // the kernel's main operand
   const int64_t b = static_cast<int64_t>(x.element_size()), last = std::max<int64_t>(1, x.size(-1));
   const int64_t rows = x.numel() / last;
@@ -79,26 +78,32 @@ bool fused_kernel_ops(const std::string& name, c10::ArrayRef<const c10::IValue> 
     fwd->push_back(op(false));
     bwd->push_back(op(true));
   };
-  if (name == kFusedLinearScope) {
-    const at::Tensor& w = input_tensor(in, 1, name);
-    TITAN_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), name, ": x [..., in] and weight [out, in]");
-    fwd->push_back(d::linear_op(rows, w.size(1), w.size(0), b));
-    *bwd = d::linear_backward_ops(rows, w.size(1), w.size(0), b, x.requires_grad(), w.requires_grad());
-  } else if (name == kFusedRmsNormScope) {
-    both([&](bool back) { return d::rms_norm_op(rows, last, b, back); });
-  } else if (name == kFusedSwigluScope) {
-    both([&](bool back) { return d::swiglu_op(x.numel(), b, back); });
-  } else if (name == kFusedRopeScope) {
-    const int64_t table = input_tensor(in, 1, name).numel();
-    both([&](bool back) { return d::rope_op(x.numel(), table, b, back); });
-  } else if (name == kFusedCrossEntropyScope) {
-    both([&](bool back) { return d::cross_entropy_op(rows, last, b, back); });
-  } else {
-    const at::Tensor& k = input_tensor(in, 1, name);
-    TITAN_CHECK(x.dim() == 4 && k.dim() == 4, name, ": q and k must be [B, H, S, D]");
-    both([&](bool back) {
-      return d::fused_attention_op({x.size(0), x.size(1), k.size(1), x.size(2), k.size(2), x.size(3), true, back}, b);
-    });
+  switch (kernel->kernel) {
+    case FusedKernel::kLinear: {
+      const at::Tensor& w = input_tensor(in, 1, name);
+      TITAN_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), name, ": x [..., in] and weight [out, in]");
+      fwd->push_back(d::linear_op(rows, w.size(1), w.size(0), b));
+      *bwd = d::linear_backward_ops(rows, w.size(1), w.size(0), b, x.requires_grad(), w.requires_grad());
+      break;
+    }
+    case FusedKernel::kRmsNorm: both([&](bool back) { return d::rms_norm_op(rows, last, b, back); }); break;
+    case FusedKernel::kSwiglu: both([&](bool back) { return d::swiglu_op(x.numel(), b, back); }); break;
+    case FusedKernel::kRope: {
+      const int64_t table = input_tensor(in, 1, name).numel();
+      both([&](bool back) { return d::rope_op(x.numel(), table, b, back); });
+      break;
+    }
+    case FusedKernel::kCrossEntropy: both([&](bool back) { return d::cross_entropy_op(rows, last, b, back); }); break;
+    case FusedKernel::kAttention: {
+      const at::Tensor& k = input_tensor(in, 1, name);
+      TITAN_CHECK(x.dim() == 4 && k.dim() == 4, name, ": q and k must be [B, H, S, D]");
+      both([&](bool back) {
+        return d::fused_attention_op({x.size(0), x.size(1), k.size(1), x.size(2), k.size(2), x.size(3), true, back}, b);
+      });
+      break;
+    }
+    case FusedKernel::kAdamw:
+    case FusedKernel::kSumSquares: break;  // handled above
   }
   return true;
 }

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "common/fused_kernel_names.h"
+
 namespace titan {
 
 struct FusedKernels {
@@ -31,21 +33,22 @@ inline bool fusable(const torch::Tensor& t) {
 // cannot run there, so the model runs a stand-in inside the scope and the recorder
 // (trainer/simulate/trace_recorder.h) keeps the scope as the one kernel a real CPU run takes.
 // Inputs: linear (x, weight), rms_norm (x, weight), swiglu (gate, up), rope (x, cos, sin),
-// cross_entropy (logits, labels), attention (q, k, v), as the kernels take them.
-constexpr const char* kFusedLinearScope = "titan::fused_linear";
-constexpr const char* kFusedRmsNormScope = "titan::fused_rms_norm";
-constexpr const char* kFusedSwigluScope = "titan::fused_swiglu";
-constexpr const char* kFusedRopeScope = "titan::fused_rope";
-constexpr const char* kFusedCrossEntropyScope = "titan::fused_cross_entropy";
-constexpr const char* kFusedAttentionScope = "titan::fused_attention";
+// cross_entropy (logits, labels), attention (q, k, v), as the kernels take them. The names
+// are the scope column of common/fused_kernel_names.h.
+constexpr const char* kFusedLinearScope = fused_kernel_name(FusedKernel::kLinear).scope;
+constexpr const char* kFusedRmsNormScope = fused_kernel_name(FusedKernel::kRmsNorm).scope;
+constexpr const char* kFusedSwigluScope = fused_kernel_name(FusedKernel::kSwiglu).scope;
+constexpr const char* kFusedRopeScope = fused_kernel_name(FusedKernel::kRope).scope;
+constexpr const char* kFusedCrossEntropyScope = fused_kernel_name(FusedKernel::kCrossEntropy).scope;
+constexpr const char* kFusedAttentionScope = fused_kernel_name(FusedKernel::kAttention).scope;
 // Inside a stand-in's backward (meta_kernel.h): the gradients it returns as the scope's
 // outputs, so that the recorder names the kernel's backward as their maker (autograd tells
 // observers a node's inputs, not what it returns).
 constexpr const char* kFusedKernelGradsScope = "titan::fused_kernel_grads";
 // The optimizer's flat passes (trainer/components/optimizer.cpp); inputs: the element count
 // and the element size in bytes (ints).
-constexpr const char* kFusedAdamwScope = "titan::fused_adamw";
-constexpr const char* kFusedSumSquaresScope = "titan::fused_sum_squares";
+constexpr const char* kFusedAdamwScope = fused_kernel_name(FusedKernel::kAdamw).scope;
+constexpr const char* kFusedSumSquaresScope = fused_kernel_name(FusedKernel::kSumSquares).scope;
 
 // A meta tensor standing in for one fusable() takes: the real trainer would run the fused
 // kernel where the recording has this tensor (same switch, same dtype rule).
