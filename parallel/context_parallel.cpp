@@ -172,8 +172,12 @@ std::pair<torch::Tensor, torch::Tensor> ring_forward(const torch::Tensor& q, con
     auto sizes = kv.sizes().vec();
     sizes.insert(sizes.begin(), n);
     auto all = torch::empty(sizes, kv.options());
-    cp.all_gather(all, kv)->wait();
-    for (int64_t t = 0; t < n; ++t) attend(all[(r - t + n) % n], (r - t + n) % n);
+    // The local (diagonal) blocks need only this rank's K/V: they run while the gather is in
+    // flight, as PyTorch's all-gather rotater overlaps it with the first ring step.
+    WorkPtr gather = cp.all_gather(all, kv);
+    attend(kv, r);
+    gather->wait();
+    for (int64_t t = 1; t < n; ++t) attend(all[(r - t + n) % n], (r - t + n) % n);
   } else {
     // Step t attends to the K/V of rank r - t while the next rank's arrives.
     for (int64_t t = 0; t < n; ++t) {
@@ -220,9 +224,11 @@ variable_list ring_backward(const torch::Tensor& q, const torch::Tensor& k, cons
     auto sizes = kv.sizes().vec();
     sizes.insert(sizes.begin(), n);
     auto all = torch::empty(sizes, kv.options());
-    cp.all_gather(all, kv)->wait();
+    WorkPtr gather = cp.all_gather(all, kv);  // overlaps the local blocks, as in forward
     auto grads = torch::empty(sizes, f32);
-    for (int64_t t = 0; t < n; ++t) {
+    grads[r].copy_(grads_of(kv, r));
+    gather->wait();
+    for (int64_t t = 1; t < n; ++t) {
       const int64_t s = (r - t + n) % n;
       grads[s].copy_(grads_of(all[s], s));
     }

@@ -1,9 +1,11 @@
 // Context parallel in simulation (parallel/context_parallel.h through the trainer's own step on
 // the meta device): the ring's attention blocks carry 1/cp of the causal attention (load
 // balancing), the K/V transfers are the ring's sends and receives on the cp group, and in fused
-// mode they overlap the blocks' attention where blocking (separate) transfers cannot.
+// mode they overlap the blocks' attention where blocking (separate) transfers cannot; the
+// all-gather rotater's gathers overlap the local blocks.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "trainer/config/config_loader.h"
@@ -72,6 +74,28 @@ TEST(SimulateContextParallel, AllGatherMethodGathersOncePerPass) {
   EXPECT_EQ(gathers, 2 * kLayers);  // forward, and again in backward
   EXPECT_EQ(scatters, kLayers);     // the K/V gradients home
   EXPECT_EQ(p2p, 0);
+}
+
+// The all-gather rotater issues each gather before the local (diagonal) blocks, which need only
+// this rank's K/V, and waits after them (as PyTorch's does), so the gather can overlap them.
+TEST(SimulateContextParallel, AllGatherOverlapsTheLocalBlocks) {
+  RecordedStep rec = record_step(cp_config({"--parallelism.context_parallel_rotate_method", "allgather"}));
+  std::map<int64_t, int64_t> open;  // the cp gathers issued and not yet waited on: attention ops since
+  int64_t gathers = 0, overlapped = 0;
+  for (const auto& e : rec.trace.events()) {
+    if (e.type == devices::TraceEvent::Type::kIssue && e.collective.group == "cp" &&
+        e.collective.kind == devices::CollectiveKind::kAllGather) {
+      open[e.work] = 0;
+      ++gathers;
+    } else if (e.type == devices::TraceEvent::Type::kCompute && e.op.kind == devices::OpKind::kAttention) {
+      for (auto& [work, n] : open) ++n;
+    } else if (e.type == devices::TraceEvent::Type::kWait && open.count(e.work)) {
+      overlapped += open[e.work] > 0;
+      open.erase(e.work);
+    }
+  }
+  EXPECT_EQ(gathers, 2 * kLayers);
+  EXPECT_EQ(overlapped, gathers) << "every gather should have the local blocks' attention between issue and wait";
 }
 
 TEST(SimulateContextParallel, FusedRingOverlapsTransfersWithAttention) {
