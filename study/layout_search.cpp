@@ -49,9 +49,16 @@ SearchSpace search_space_from(const std::vector<std::pair<std::string, std::vect
       s.activation_checkpoint = values;
     }
     else if (key == "collective_modes") s.collective_modes = values;
+    else if (key == "etp") {
+      for (const auto& v : values)
+        TITAN_CONFIG_CHECK(v == "1" || v == "tp", where, ": '", v,
+                           "' is not an expert tensor parallel choice (\"1\": experts whole per tp rank, \"tp\": "
+                           "experts sharded over tp)");
+      s.etp = values;
+    }
     else
-      TITAN_CONFIG_CHECK(false, where, ": unknown key (tp, cp, ep, pp, dp_replicate, local_batch, pp_microbatches, schedules, "
-                                       "activation_checkpoint, collective_modes)");
+      TITAN_CONFIG_CHECK(false, where, ": unknown key (tp, cp, ep, etp, pp, dp_replicate, local_batch, pp_microbatches, "
+                                       "schedules, activation_checkpoint, collective_modes)");
   }
   return s;
 }
@@ -72,8 +79,11 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
           continue;
         }
         const int64_t shard = chips / fixed;
-        for (int64_t ep : s.ep) {
-        const std::string family = family_name(pp, rep, shard, cp, tp) + (ep > 1 ? " x ep " + std::to_string(ep) : "");
+        for (int64_t ep : s.ep)
+        for (const std::string& etp : s.etp) {
+        if (etp == "tp" && tp == 1) continue;  // the same layout as etp 1
+        const std::string family = family_name(pp, rep, shard, cp, tp) + (ep > 1 ? " x ep " + std::to_string(ep) : "") +
+                                   (etp == "tp" ? " x etp " + std::to_string(tp) : "");
         if ((shard * cp) % ep != 0) {
           skipped[family] = "divisibility: ep " + std::to_string(ep) + " does not divide dp_shard x cp = " +
                             std::to_string(shard * cp);
@@ -86,6 +96,8 @@ std::vector<Candidate> enumerate_layouts(int64_t chips, const SearchSpace& s,
         // Named only when searched, so that recordings of other searches keep their keys.
         if (s.cp.size() > 1 || cp > 1) degrees.emplace_back("parallelism.context_parallel_degree", std::to_string(cp));
         if (s.ep.size() > 1 || ep > 1) degrees.emplace_back("parallelism.expert_parallel_degree", std::to_string(ep));
+        if (s.etp.size() > 1 || etp == "tp")
+          degrees.emplace_back("parallelism.expert_tensor_parallel_degree", etp == "tp" ? std::to_string(tp) : "1");
         std::vector<std::pair<std::string, int64_t>> batching;  // schedule, rows per rank
         if (pp == 1) {
           for (int64_t b : s.local_batch) batching.emplace_back("", b);

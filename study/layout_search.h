@@ -22,6 +22,9 @@ struct SearchSpace {
   std::vector<int64_t> cp = {1};  // context parallel degrees (long sequences: e.g. 1, 2, 4, 8)
   // Expert parallel degrees (MoE models: e.g. 1, 8, 32, 128), each borrowed from dp_shard x cp.
   std::vector<int64_t> ep = {1};
+  // Expert tensor parallel choices (TorchTitan allows two): "1", experts whole on every tp rank;
+  // "tp", experts sharded over tp (parallelism.expert_tensor_parallel_degree = tp; skipped at tp 1).
+  std::vector<std::string> etp = {"1"};
   std::vector<int64_t> pp = {1, 2, 4, 8};
   std::vector<int64_t> dp_replicate = {1, 2, 8};
   std::vector<int64_t> local_batch = {1, 2, 4};        // rows per rank and micro-batch (pp = 1)
