@@ -9,12 +9,35 @@
 
 namespace titan::devices {
 
+namespace {
+
+// The storage a copy_ widens into `dst` (bf16 -> fp32: it reads fewer bytes than it writes),
+// 0 if the op is no such cast.
+int64_t widened_source(const OpDesc& op, const TensorUse& dst) {
+  if (op.name != "aten::copy_") return 0;
+  const TensorUse* src = nullptr;
+  for (const TensorUse& r : op.reads) {
+    if (r.id <= 0 || r.id == dst.id) continue;
+    if (src) return 0;
+    src = &r;
+  }
+  return src && src->bytes > 0 && src->bytes < dst.bytes ? src->id : 0;
+}
+
+}  // namespace
+
 LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector<StorageRecord>& storages,
                        const std::vector<StorageResize>& resizes) {
   struct Seen {
     int64_t first = -1, last = -1, bytes = 0;
     const std::string* maker = nullptr;
     bool maker_writes = false;  // maker: the first op that wrote it with data, not a view or an allocation
+    int64_t made_at = -1;       // the maker's op
+    int64_t cast_of = 0;        // the maker is a widening copy_ of this storage (LiveRange::cast_of)
+    int64_t rewrite_at = -1;    // the last op after the maker that wrote it again
+    bool made_by_matmul = false;
+    int64_t next_at = -1;       // the first op after the maker that touches it, views aside
+    bool next_adds = false;     // that op is an add (a gradient accumulation)
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
@@ -49,7 +72,17 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
           if (s.first < 0) s.first = at, s.maker = &e.op.name;
           // Named after the op that put data in it: a cast or copy, not the allocation inside
           // it (aten::empty_strided) or a view of it.
-          if (!s.maker_writes && uses == &e.op.writes && e.op.kind != OpKind::kView) s.maker = &e.op.name, s.maker_writes = true;
+          if (uses == &e.op.writes && e.op.kind != OpKind::kView) {
+            if (!s.maker_writes) {
+              s.maker = &e.op.name, s.maker_writes = true, s.made_at = at;
+              s.made_by_matmul = e.op.kind == OpKind::kMatmul;
+              s.cast_of = widened_source(e.op, u);
+            } else if (at != s.made_at) {
+              s.rewrite_at = at;
+            }
+          }
+          if (s.made_at >= 0 && at > s.made_at && s.next_at < 0 && e.op.kind != OpKind::kView)
+            s.next_at = at, s.next_adds = e.op.name == "aten::add_" || e.op.name == "aten::add";
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
           if (auto t = touches.find(u.id); t != touches.end() && (t->second.empty() || t->second.back() != at))
@@ -95,9 +128,17 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     } else if (rec.outlives_step) {
       out.ranges.push_back({LiveRange::Kind::kState, 0, id, 0, out.ops, rec.bytes});
     } else if (seen[i].first >= 0) {
-      const int64_t r = run[static_cast<size_t>(seen[i].first)];
-      out.ranges.push_back({LiveRange::Kind::kTemporary, maker(seen[i].maker), id, seen[i].first, seen[i].last + 1,
-                            rec.bytes, r >= 0 && r == run[static_cast<size_t>(seen[i].last)]});
+      const Seen& s = seen[i];
+      const int64_t r = run[static_cast<size_t>(s.first)];
+      LiveRange range{LiveRange::Kind::kTemporary, maker(s.maker), id, s.first, s.last + 1,
+                      rec.bytes, r >= 0 && r == run[static_cast<size_t>(s.last)]};
+      // A pure cast: never written again after the copy that made it.
+      if (s.rewrite_at < 0) range.cast_of = s.cast_of;
+      // A matmul's output (a weight gradient) left untouched until an add accumulates the
+      // next contribution into it: a tied weight's gradient, held across the backward.
+      if (s.made_by_matmul && s.next_adds && s.next_at > s.made_at + 1)
+        range.idle_from = s.made_at + 1, range.idle_to = s.next_at;
+      out.ranges.push_back(range);
     }
   }
   return out;
@@ -117,6 +158,21 @@ void each_range(const LiveRanges& live, const std::vector<ByteOverride>& overrid
               live.ranges.size(), ") is out of order, repeated or past the last range");
 }
 
+// Under XLA's buffer rules (per_use): each storage a fused widening cast reads, with the op
+// it must stay live until (one past the cast's last use). A cast of a state (a parameter) or
+// of a buffer the plan resizes is left as it is.
+std::unordered_map<int64_t, int64_t> cast_sources(const LiveRanges& live) {
+  std::unordered_map<int64_t, int64_t> temporaries, until;
+  for (const LiveRange& r : live.ranges)
+    if (r.kind == LiveRange::Kind::kTemporary) temporaries[r.id] = r.to;
+  for (const LiveRange& r : live.ranges)
+    if (r.kind == LiveRange::Kind::kTemporary && r.cast_of && temporaries.count(r.cast_of)) {
+      int64_t& to = until.try_emplace(r.cast_of, temporaries[r.cast_of]).first->second;
+      to = std::max(to, r.to);
+    }
+  return until;
+}
+
 }  // namespace
 
 TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<ByteOverride>& overrides, bool per_use) {
@@ -127,6 +183,24 @@ TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<By
   // per_use: the bytes of the resized buffers whose use starts at each op; the next of them
   // after an op is in flight (gathered ahead) while it runs.
   std::vector<int64_t> starts(per_use ? static_cast<size_t>(n) + 1 : 0, 0);
+  const std::unordered_map<int64_t, int64_t> kept_for_casts = per_use ? cast_sources(live) : std::unordered_map<int64_t, int64_t>{};
+  // Calls piece(from, to) for each stretch a range holds memory over in this walk.
+  auto pieces = [&](const LiveRange& r, auto piece) {
+    if (fused && r.inside_fusion) return;
+    if (r.kind == LiveRange::Kind::kResized) {
+      piece(per_use ? r.use_from : r.from, per_use ? r.use_to : r.to);
+      return;
+    }
+    if (per_use && r.cast_of && kept_for_casts.count(r.cast_of)) return;  // fused into its consumers
+    int64_t to = r.to;
+    if (auto k = kept_for_casts.find(r.id); per_use && k != kept_for_casts.end()) to = std::max(to, k->second);
+    if (per_use && r.idle_from < r.idle_to) {
+      piece(r.from, r.idle_from);
+      piece(r.idle_to, to);
+      return;
+    }
+    piece(r.from, to);
+  };
   each_range(live, overrides, [&](const LiveRange& r, int64_t bytes) {
     if (r.kind == LiveRange::Kind::kState) {
       m.state_bytes += bytes;
@@ -134,12 +208,14 @@ TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<By
     }
     const bool by_use = per_use && r.kind == LiveRange::Kind::kResized;
     if (by_use && bytes > 0 && r.use_from < r.use_to) starts[static_cast<size_t>(std::clamp<int64_t>(r.use_from, 0, n))] += bytes;
-    const int64_t from = std::clamp<int64_t>(by_use ? r.use_from : r.from, 0, n),
-                  to = std::clamp<int64_t>(by_use ? r.use_to : r.to, 0, n);
-    if (bytes <= 0 || from >= to || (fused && r.inside_fusion)) return;
+    if (bytes <= 0) return;
     auto& d = r.kind == LiveRange::Kind::kResized ? resized : temp;
-    d[static_cast<size_t>(from)] += bytes;
-    d[static_cast<size_t>(to)] -= bytes;
+    pieces(r, [&](int64_t from, int64_t to) {
+      from = std::clamp<int64_t>(from, 0, n), to = std::clamp<int64_t>(to, 0, n);
+      if (from >= to) return;
+      d[static_cast<size_t>(from)] += bytes;
+      d[static_cast<size_t>(to)] -= bytes;
+    });
   });
   std::vector<int64_t> ahead(starts.size(), 0);  // the next buffer's bytes after each op
   for (int64_t at = static_cast<int64_t>(starts.size()) - 2, next = 0; at >= 0; --at) {
@@ -160,8 +236,10 @@ TraceMemory walk_memory(const LiveRanges& live, bool fused, const std::vector<By
 
   std::vector<int64_t> by_maker(live.makers.size(), 0);
   each_range(live, overrides, [&](const LiveRange& r, int64_t bytes) {
-    if (r.kind == LiveRange::Kind::kTemporary && !(fused && r.inside_fusion) && r.from <= m.peak_op && m.peak_op < r.to)
-      by_maker[r.maker] += bytes;
+    if (r.kind != LiveRange::Kind::kTemporary) return;
+    pieces(r, [&](int64_t from, int64_t to) {
+      if (from <= m.peak_op && m.peak_op < to) by_maker[r.maker] += bytes;
+    });
   });
   for (size_t i = 0; i < by_maker.size(); ++i)
     if (by_maker[i] > 0) m.peak_by_op.emplace_back(live.makers[i], by_maker[i]);

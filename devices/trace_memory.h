@@ -52,6 +52,17 @@ struct LiveRange {
   // none does), for a compiler that schedules each gathered weight and gradient buffer around
   // its own uses (walk_memory's per_use).
   int64_t use_from = 0, use_to = 0;
+  // kTemporary, for a compiler that schedules the whole step (XLA; walk_memory's per_use):
+  // cast_of: the storage this one is a widening cast of (a bf16 tensor copied to fp32, as a
+  // norm or the loss upcasts its input), 0 if none. XLA fuses a convert into each consumer,
+  // so the fp32 copy is never stored; its narrower source stays live until the copy's last
+  // use instead. idle_from < idle_to: a matmul's output (a weight gradient) untouched until
+  // an add accumulates the next contribution into it (a tied weight's two uses, autograd
+  // summing them at full size before FSDP reduce-scatters the sum); XLA reduce-scatters each
+  // use's gradient where it is made and sums the shards, so the full-size gradient holds no
+  // memory between its first contribution and the next.
+  int64_t cast_of = 0;
+  int64_t idle_from = 0, idle_to = 0;
 };
 struct LiveRanges {
   int64_t ops = 0;
@@ -77,7 +88,9 @@ struct ByteOverride {
 // gathered weights, a reduce-scatter's input) hold memory only from their first to their last
 // use in each stretch, and the next of them to be used is counted from the op before (one
 // gather in flight ahead of its use): how XLA schedules a whole step's per-weight all-gathers and reduce-scatters
-// (MaxText), where FSDP2 gathers and reduces a whole block at a time (docs/memory.md).
+// (MaxText), where FSDP2 gathers and reduces a whole block at a time (docs/memory.md); with
+// it, XLA's other buffer rules apply too: widening casts fused into their consumers and a
+// tied weight's gradient reduce-scattered per use (LiveRange::cast_of, idle_from).
 TraceMemory walk_memory(const LiveRanges& live, bool fused = false, const std::vector<ByteOverride>& overrides = {},
                         bool per_use = false);
 

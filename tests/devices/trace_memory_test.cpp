@@ -118,6 +118,88 @@ TEST(TraceMemory, PerUseBuffersHoldMemoryFromFirstToLastUseWithTheNextInFlight) 
   EXPECT_EQ(used.state_bytes, walks.eager().state_bytes);
 }
 
+// An op reading `reads` and writing `writes` as (storage id, bytes) pairs.
+OpDesc op_sized(const std::string& name, std::vector<TensorUse> reads, std::vector<TensorUse> writes) {
+  OpDesc d = pointwise_op(name, OpKind::kElementwise, 0, 0);
+  d.reads = std::move(reads);
+  d.writes = std::move(writes);
+  return d;
+}
+
+TEST(TraceMemory, XlaFusesWideningCastsIntoTheirConsumers) {
+  // 2 (bf16, 100 B) is made by a matmul and cast to fp32 (3, 200 B) by copy_; the fp32 copy is
+  // read two matmuls later (a norm's backward). Under XLA's rules (per_use) the cast is
+  // recomputed inside its consumer: 3 takes no memory and 2 lives until 3's last use.
+  Trace t;
+  t.compute(op_sized("aten::mm", {}, {{2, 100}}));
+  t.compute(op_sized("aten::copy_", {{2, 100}}, {{3, 200}}));
+  t.compute(op_sized("aten::mm", {}, {{4, 50}}));
+  t.compute(op_sized("aten::mul", {{3, 200}, {4, 50}}, {}));
+  // A narrowing cast (5: fp32 -> 6: bf16) stays as it is.
+  t.compute(op_sized("aten::mm", {}, {{5, 400}}));
+  t.compute(op_sized("aten::copy_", {{5, 400}}, {{6, 200}}));
+  t.compute(op_sized("aten::mm", {{6, 200}}, {}));
+  t.storages() = {{1000, true}, {100, false}, {200, false}, {50, false}, {400, false}, {200, false}};
+  const StepMemory walks = trace_memory(t);
+  EXPECT_EQ(walks.eager().peak_bytes, 600);  // 5 and 6 at the narrowing cast
+  EXPECT_EQ(walks.eager().peak_by_op.size(), 2u);
+  const LiveRanges live = live_ranges({&t}, t.storages(), t.storage_resizes());
+  for (const LiveRange& r : live.ranges) EXPECT_EQ(r.cast_of, r.id == 3 ? 2 : 0) << "storage " << r.id;
+  const TraceMemory& xla = walks.of(false, /*per_use=*/true);
+  EXPECT_EQ(xla.peak_bytes, 600);  // the narrowing cast: unchanged
+  // Before it: 3 at 200 + 4 at 50 unfused at op 3; under XLA 2 (100) + 4 (50).
+  Trace head;
+  for (int i = 0; i < 4; ++i) head.compute(t.events()[static_cast<size_t>(i)].op);
+  head.storages() = {{1000, true}, {100, false}, {200, false}, {50, false}};
+  const StepMemory head_walks = trace_memory(head);
+  EXPECT_EQ(head_walks.eager().peak_bytes, 300);  // 2 and 3 at the cast
+  const TraceMemory& fused_cast = head_walks.of(false, true);
+  EXPECT_EQ(fused_cast.peak_bytes, 150);
+  EXPECT_EQ(fused_cast.peak_op, 2);
+  ASSERT_EQ(fused_cast.peak_by_op.size(), 1u);  // 2 and 4, both made by matmuls
+  EXPECT_EQ(fused_cast.peak_by_op[0], std::make_pair(std::string("aten::mm"), int64_t{150}));
+}
+
+TEST(TraceMemory, XlaReduceScattersATiedWeightsGradientPerUse) {
+  // 7: a tied weight's full-size gradient, made by the output projection's weight-gradient
+  // matmul (op 0), accumulated by the embedding's backward (op 4, in place) and copied into
+  // FSDP's reduce-scatter input 9 (op 5). 8: activations of the backward in between. Unit at a time
+  // it is held across the backward; under XLA's rules each use's gradient is reduce-scattered
+  // where it is made, so it holds nothing from op 1 to op 4.
+  Trace t;
+  OpDesc wgrad = op_sized("aten::mm", {}, {{7, 1000}});
+  wgrad.kind = OpKind::kMatmul;
+  t.compute(wgrad);
+  OpDesc transpose = op_sized("aten::t", {{7, 1000}}, {{7, 1000}});  // a view of it: no use
+  transpose.kind = OpKind::kView;
+  t.compute(transpose);
+  t.compute(op_sized("aten::mm", {}, {{8, 1500}}));
+  t.compute(op_sized("aten::mul", {{8, 1500}}, {}));
+  t.compute(op_sized("aten::add_", {{7, 1000}}, {{7, 1000}}));
+  t.storage_resizes().push_back({5, 9, 100});
+  t.compute(op_sized("aten::copy_", {{7, 1000}}, {{9, 100}}));
+  t.storage_resizes().push_back({6, 9, 0});
+  t.compute(op_sized("aten::neg", {}, {}));
+  t.storages() = {{1, true}, {1, true}, {1, true}, {1, true}, {1, true}, {1, true},
+                  {1000, false}, {1500, false}, {100, true}};
+  const StepMemory walks = trace_memory(t);
+  EXPECT_EQ(walks.eager().peak_bytes, 2500);  // 7 and 8 at op 2
+  const TraceMemory& xla = walks.of(false, /*per_use=*/true);
+  EXPECT_EQ(xla.peak_bytes, 1600);  // 8, and 9 gathered ahead of its use
+  EXPECT_EQ(xla.peak_op, 2);
+  for (const LiveRange& r : live_ranges({&t}, t.storages(), t.storage_resizes()).ranges)
+    if (r.id == 7) EXPECT_TRUE(r.idle_from == 1 && r.idle_to == 4) << r.idle_from << " " << r.idle_to;
+  // A gradient written once and copied at once keeps its whole range.
+  Trace u;
+  u.compute(wgrad);
+  u.compute(op_sized("aten::mm", {}, {{8, 1500}}));
+  u.storage_resizes().push_back({2, 9, 100});
+  u.compute(op_sized("aten::copy_", {{7, 1000}}, {{9, 100}}));
+  u.storages() = t.storages();
+  for (const LiveRange& r : live_ranges({&u}, u.storages(), u.storage_resizes()).ranges)
+    EXPECT_EQ(r.idle_from, r.idle_to) << "storage " << r.id;
+}
+
 TEST(TraceMemory, PartsWalkAsOneTrace) {
   Trace whole, a, b;
   const std::vector<OpDesc> ops = {op("aten::mm", {}, {1}), op("aten::silu", {1}, {2}), op("aten::mul", {2, 1}, {3}),
