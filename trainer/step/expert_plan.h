@@ -13,8 +13,8 @@
 
 namespace titan {
 
-// parallelism.expert_parallel_degree and expert_tensor_parallel_degree against the mesh and the
-// model; config errors name the key.
+// parallelism.expert_parallel_degree against the mesh and the model; config errors name the key
+// (expert_tensor_parallel_degree: trainer/step/moe_tensor_plan.h).
 void check_expert_parallel_config(const JobConfig& cfg, const ModelArgs& args, const DeviceMesh& mesh);
 
 // Slices every MoE block's experts.w1/w2/w3 to experts [r E/ep, (r+1) E/ep) of ep rank r (the
