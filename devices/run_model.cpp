@@ -80,6 +80,8 @@ double spare_free_probability(double spares, double mean_out) {
 RunEstimate estimate_run(const RunStep& step, const ChipSpec& chip, const RunSettings& s) {
   TITAN_CHECK(step.chips > 0 && step.step_time_s > 0 && step.tokens_per_step > 0, "estimate_run: chips ", step.chips,
               ", step ", step.step_time_s, " s, ", step.tokens_per_step, " tokens per step");
+  TITAN_CHECK(step.replicas >= 1 && step.chips % step.replicas == 0, "estimate_run: ", step.chips,
+              " chips are not a whole number of ", step.replicas, " replicas");
   RunEstimate e;
   const double n = static_cast<double>(step.chips);
   e.steps = s.total_tokens / step.tokens_per_step;
@@ -95,13 +97,18 @@ RunEstimate estimate_run(const RunStep& step, const ChipSpec& chip, const RunSet
   e.job_mtbf_s = per_chip > 0 ? 1 / (n * per_chip) : 0;
   e.hardware_share = per_chip > 0 ? hw_rate / per_chip : 0;
 
-  // Checkpoints: every chip writes its own shards (titan's per-rank files) at its share of
-  // the storage bandwidth, at most its own scale-out link; async copies to host memory first
-  // (only that blocks) and writes behind, the next save waiting for the previous write.
-  double write_bw = s.storage_bytes_per_s / n;
-  if (chip.scale_out_bytes_per_s > 0) write_bw = std::min(write_bw, chip.scale_out_bytes_per_s);
-  e.checkpoint_write_s = step.checkpoint_bytes_per_chip / write_bw;
-  e.checkpoint_load_s = e.checkpoint_write_s;
+  // Checkpoints: each chip of one replica writes its own shards (titan's per-rank files; the
+  // other dp_replicate replicas hold copies and write nothing) at its share of the storage
+  // bandwidth, at most its own scale-out link; on a restart every chip reads its shards back,
+  // all of them sharing the bandwidth. Async copies to host memory first (only that blocks)
+  // and writes behind, the next save waiting for the previous write.
+  auto storage_s = [&](double sharing) {
+    double bw = s.storage_bytes_per_s / sharing;
+    if (chip.scale_out_bytes_per_s > 0) bw = std::min(bw, chip.scale_out_bytes_per_s);
+    return step.checkpoint_bytes_per_chip / bw;
+  };
+  e.checkpoint_write_s = storage_s(n / static_cast<double>(step.replicas));
+  e.checkpoint_load_s = storage_s(n);
   const bool async = step.async_checkpoint && chip.host_link_bytes_per_s > 0;
   const double copy_s = async ? step.checkpoint_bytes_per_chip / chip.host_link_bytes_per_s : e.checkpoint_write_s;
   e.durable_lag_s = async ? e.checkpoint_write_s : 0;

@@ -43,6 +43,10 @@ struct RunStep {
   double tokens_per_step = 0;
   double checkpoint_bytes_per_chip = 0;  // parameters and optimizer state the chip stores
   bool async_checkpoint = false;         // only the copy to host blocks; the write runs behind
+  // dp_replicate: the replicas hold the same shards and only the first writes them (titan's
+  // writes_tensors), so chips / replicas share the storage bandwidth on a save; on a restart
+  // every chip reads its shards back.
+  int64_t replicas = 1;
 };
 
 struct RunEstimate {
@@ -51,8 +55,8 @@ struct RunEstimate {
   double hardware_share = 0;       // of failures that take a node out (chip, host, link)
   double straggler_factor = 1;     // expected step / simulated step
   double checkpoint_block_s = 0;   // a save's time on the critical path
-  double checkpoint_write_s = 0;   // writing a chip's shard to storage
-  double checkpoint_load_s = 0;    // reading it back on restart
+  double checkpoint_write_s = 0;   // writing a chip's shard to storage (one replica writes)
+  double checkpoint_load_s = 0;    // reading it back on restart (every chip reads)
   double durable_lag_s = 0;        // async: from the snapshot until the save is durable
   double young_interval_s = 0, interval_s = 0;  // compute between saves (Young; the one used)
   double spares = 0;               // hot spare chips (paid, idle)

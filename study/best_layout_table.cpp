@@ -1,6 +1,7 @@
 // Best-layout table (see best_layout_table.h).
 #include "study/best_layout_table.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -17,6 +18,7 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
                                   const SearchSpace& space) {
   BestLayoutTable t;
   t.combos = sweep.combinations();
+  for (const auto& [k, v] : sweep.axes) t.swept.push_back(k);
   const size_t n = t.combos.size();
   std::vector<JobConfig> bases(n, base);
   std::vector<std::string> errors(n);
@@ -87,7 +89,19 @@ struct Row {
   std::string goodput = "-", run_cost = "-", kwh = "-";  // the whole run (study/goodput.h)
 };
 
-Row row_of(const Point& p, const PriceTable& prices) {
+// The combination's values of the swept keys the other columns do not show (device, model and
+// chip count have their own; fixed keys are the same in every row): rows that differ only in,
+// say, goodput.spare_fraction get distinct labels.
+std::string other_swept(const Overrides& combo, const std::vector<std::string>& swept) {
+  std::string s;
+  for (const auto& [k, v] : combo)
+    if (std::find(swept.begin(), swept.end(), k) != swept.end() && k != "simulation.device" &&
+        k != "simulation.num_chips" && k != "model.name" && k != "model.flavor")
+      s += (s.empty() ? "" : ", ") + k + " " + v;
+  return s;
+}
+
+Row row_of(const Point& p, const std::string& swept, const PriceTable& prices) {
   Row r;
   const JobConfig& c = p.cfg;
   r.device = c.simulation.device;
@@ -103,13 +117,13 @@ Row row_of(const Point& p, const PriceTable& prices) {
     r.source = "no price in the price file";
   }
   if (p.verdict != Verdict::kOk) {
-    r.layout = "none fits";
+    r.layout = swept.empty() ? "none fits" : swept + ": none fits";
     r.detail = p.reason.substr(0, 160);
     r.tps = r.mfu = r.cost = "-";
     return r;
   }
   std::ostringstream lay, det, tps, mfu, cost;
-  lay << c.simulation.num_chips << " chips: " << layout_string(p.result.dims);
+  lay << c.simulation.num_chips << " chips" << (swept.empty() ? "" : ", " + swept) << ": " << layout_string(p.result.dims);
   det << "rows " << c.training.local_batch_size << ", " << (p.result.dims.pp > 1 ? p.result.pipeline_schedule + ", " : "")
       << "AC " << ac_choice(c) << ", " << to_string(c.comm.collective_mode);
   tps << std::fixed << std::setprecision(0) << p.result.tokens_per_s_per_chip;
@@ -138,7 +152,7 @@ std::string format_best_layout_table(const BestLayoutTable& t, const PriceTable&
      << std::setw(9) << "$/Mtok" << std::setw(10) << "goodput %" << std::setw(11) << "run $/Mtok" << std::setw(10)
      << "kWh/Mtok" << "  searched\n";
   for (size_t i = 0; i < t.best.size(); ++i) {
-    const Row r = row_of(t.best[i], prices);
+    const Row r = row_of(t.best[i], other_swept(t.combos[i], t.swept), prices);
     os << std::left << std::setw(11) << r.device << std::setw(14) << r.model << std::setw(40) << r.layout
        << std::right << std::setw(11) << r.tps << std::setw(7) << r.mfu << std::setw(9) << r.price << std::setw(9)
        << r.cost << std::setw(10) << r.goodput << std::setw(11) << r.run_cost << std::setw(10) << r.kwh << "  "
@@ -166,8 +180,8 @@ std::string write_best_layout_markdown(const std::string& path, const BestLayout
   f << "| device | model | best layout | micro-batching, AC, collectives | tokens/s/chip | MFU % | $/chip-hour | "
        "$/M tokens (step) | goodput % | $/M tokens (run) | kWh/M tokens |\n"
        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& p : t.best) {
-    const Row r = row_of(p, prices);
+  for (size_t i = 0; i < t.best.size(); ++i) {
+    const Row r = row_of(t.best[i], other_swept(t.combos[i], t.swept), prices);
     f << "| " << r.device << " | " << r.model << " | " << r.layout << " | " << r.detail << " | " << r.tps << " | "
       << r.mfu << " | " << r.price << " | " << r.cost << " | " << r.goodput << " | " << r.run_cost << " | " << r.kwh
       << " |\n";

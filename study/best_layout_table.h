@@ -15,6 +15,7 @@ namespace titan::study {
 
 struct BestLayoutTable {
   std::vector<Overrides> combos;
+  std::vector<std::string> swept;  // the sweep's axes: the keys whose values tell combinations apart
   // Per combination: its best point (overrides = the combination's, then the layout's), or
   // an invalid point whose reason lists why every family was rejected.
   std::vector<Point> best;

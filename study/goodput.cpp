@@ -33,6 +33,7 @@ RunFigures run_figures(const Point& p, const PriceTable& prices) {
   // What titan's checkpointer saves per rank: its parameter shards and their optimizer state.
   step.checkpoint_bytes_per_chip = static_cast<double>(r.memory.params + r.memory.optimizer);
   step.async_checkpoint = p.cfg.checkpoint.async_mode != AsyncMode::kDisabled;
+  step.replicas = std::max<int64_t>(1, r.dims.dp_replicate);  // only the first replica writes
   if (step.step_time_s <= 0 || step.tokens_per_step <= 0) {
     f.why = "no step time";
     return f;
@@ -60,17 +61,27 @@ RunFigures run_figures(const Point& p, const PriceTable& prices) {
 
 std::string format_goodput_table(const std::vector<Point>& points, const std::vector<std::string>& keys,
                                  const PriceTable& prices) {
-  std::ostringstream os;
-  os << std::left << std::setw(24) << "point" << std::right << std::setw(8) << "chips" << std::setw(9) << "step s"
-     << std::setw(7) << "MFU %" << std::setw(10) << "goodput %" << std::setw(10) << "wall h" << std::setw(10)
-     << "failures" << std::setw(10) << "ckpt s" << std::setw(9) << "$/Mtok" << std::setw(10) << "kWh/Mtok"
-     << std::setw(11) << "gCO2/Mtok" << "\n";
+  // One label per point, the swept values other than the chip count, never cut short: cut to a
+  // fixed width, points that differ only in a late value (goodput.spare_fraction) shared one.
+  std::vector<std::string> labels;
+  size_t width = 23;
   for (const Point& p : points) {
     std::string label;
     for (const auto& k : keys)
       if (k != "simulation.num_chips") label += (label.empty() ? "" : " ") + key_value(p.cfg, k);
     if (label.empty()) label = p.cfg.simulation.device;
-    os << std::left << std::setw(24) << label.substr(0, 23) << std::right << std::setw(8) << p.cfg.simulation.num_chips;
+    width = std::max(width, label.size());
+    labels.push_back(label);
+  }
+  const int w = static_cast<int>(width) + 1;
+  std::ostringstream os;
+  os << std::left << std::setw(w) << "point" << std::right << std::setw(8) << "chips" << std::setw(9) << "step s"
+     << std::setw(7) << "MFU %" << std::setw(10) << "goodput %" << std::setw(10) << "wall h" << std::setw(10)
+     << "failures" << std::setw(10) << "ckpt s" << std::setw(9) << "$/Mtok" << std::setw(10) << "kWh/Mtok"
+     << std::setw(11) << "gCO2/Mtok" << "\n";
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    os << std::left << std::setw(w) << labels[i] << std::right << std::setw(8) << p.cfg.simulation.num_chips;
     const RunFigures f = run_figures(p, prices);
     if (!f.ok) {
       os << "  " << (p.verdict == Verdict::kOk ? f.why : std::string(verdict_name(p.verdict)) + ": " + p.reason.substr(0, 80))

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "study/goodput.h"
+#include "trainer/config/config_keys.h"
 
 namespace titan::study {
 
@@ -20,6 +21,17 @@ const std::vector<std::string>& result_columns() {
       "idle_s", "usd_per_chip_hour", "usd_per_million_tokens", "goodput", "run_wall_days", "run_failures",
       "checkpoint_interval_s", "straggler_factor", "run_usd", "run_usd_per_million_tokens", "kwh_per_million_tokens",
       "gco2_per_million_tokens", "assumed_figures"};
+  return c;
+}
+
+const std::vector<std::string>& run_setting_columns() {
+  static const std::vector<std::string> c = [] {
+    JobConfig cfg;
+    std::vector<std::string> keys;
+    for (const auto& k : make_registry(cfg).keys)
+      if (k.section == "goodput") keys.push_back(k.full());
+    return keys;
+  }();
   return c;
 }
 
@@ -77,6 +89,8 @@ nlohmann::json point_json(const Point& p, const PriceTable& prices) {
   j["kwh_per_million_tokens"] = run(f.has_energy, f.energy.kwh_per_mtok);
   j["gco2_per_million_tokens"] = run(f.has_energy, f.energy.gco2_per_mtok);
   j["assumed_figures"] = f.assumed;
+  // The [goodput] settings the run columns were worked out with: reports quote them from here.
+  for (const auto& k : run_setting_columns()) j[k] = key_value(c, k);
   return j;
 }
 
@@ -110,8 +124,9 @@ std::string write_results(const std::string& folder, const std::vector<std::stri
   std::ofstream csv(csv_path), jsonl(jsonl_path);
   TITAN_CHECK(csv.good() && jsonl.good(), "cannot write ", csv_path, " / ", jsonl_path);
   std::vector<std::string> cols = swept_keys;
-  for (const auto& c : result_columns())
-    if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
+  for (const auto* list : {&result_columns(), &run_setting_columns()})
+    for (const auto& c : *list)
+      if (std::find(cols.begin(), cols.end(), c) == cols.end()) cols.push_back(c);
   for (size_t i = 0; i < cols.size(); ++i) csv << (i ? "," : "") << csv_field(cols[i]);
   csv << "\n";
   for (const auto& p : points) {

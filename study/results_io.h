@@ -14,9 +14,12 @@ namespace titan::study {
 
 // The columns every study writes, in order (the swept keys come first, then these).
 const std::vector<std::string>& result_columns();
+// Then every [goodput] setting as its config key ("goodput.pue"): what the run columns were
+// worked out with, so that a report quotes them from the data (launch/goodput_report.py).
+const std::vector<std::string>& run_setting_columns();
 
-// One point as JSON: the swept keys (by their config names) then result_columns(). Price
-// figures are null when the device has no price.
+// One point as JSON: the swept keys (by their config names), result_columns() and
+// run_setting_columns(). Price figures are null when the device has no price.
 nlohmann::json point_json(const Point& p, const PriceTable& prices);
 
 // Writes <folder>/results.csv and <folder>/results.jsonl; returns the CSV path.

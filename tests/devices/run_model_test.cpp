@@ -138,12 +138,18 @@ ChipSpec test_chip() {
   return c;
 }
 
-TEST(RunModel, WholeRunByHand) {
+// One hour of 1 s steps on 1000 test chips, no jitter.
+RunSettings hour_of_steps() {
   RunSettings s;
   s.total_tokens = 3.6e9;  // 1e6 tokens a step of 1 s: 3600 steps, one hour of steps
   s.straggler_sigma = 0;
   s.storage_bytes_per_s = 1e12;  // 1e9 B/s per chip: a 1 GB shard saves in 1 s
   s.detect_s = 100, s.restart_s = 600, s.spare_restart_s = 100, s.spare_fraction = 0;
+  return s;
+}
+
+TEST(RunModel, WholeRunByHand) {
+  RunSettings s = hour_of_steps();
   RunStep step{1000, 1.0, 1e6, 1e9, false};
   const RunEstimate e = estimate_run(step, test_chip(), s);
   EXPECT_NEAR(e.job_mtbf_s, 3600, 1e-9);
@@ -183,6 +189,30 @@ TEST(RunModel, WholeRunByHand) {
   perfect.chip_mtbf_s = 0;
   step.async_checkpoint = false;
   EXPECT_DOUBLE_EQ(estimate_run(step, perfect, s).goodput, 1.0);
+}
+
+// dp_replicate: replicas hold the same shards and only the first writes them (titan's
+// writes_tensors), so a save shares the storage among chips / replicas; a restart's load is
+// read by every chip. Same run as WholeRunByHand.
+TEST(RunModel, OnlyOneReplicaWritesCheckpoints) {
+  const RunSettings s = hour_of_steps();
+  RunStep step{1000, 1.0, 1e6, 1e9, false};
+  step.replicas = 4;
+  const RunEstimate e = estimate_run(step, test_chip(), s);
+  // 250 writers: 1e12 / 250 = 4e9 B/s each (under the 1e10 link), 1e9 B in 0.25 s.
+  EXPECT_NEAR(e.checkpoint_write_s, 0.25, 1e-12);
+  EXPECT_NEAR(e.checkpoint_block_s, 0.25, 1e-12);
+  // 1000 readers: 1e9 B/s each, 1 s; detect 100 + restart 600 + load 1.
+  EXPECT_NEAR(e.checkpoint_load_s, 1.0, 1e-12);
+  EXPECT_NEAR(e.restart_per_failure_s, 701, 1e-9);
+  // Daly at 0.25 s saves and 3600 s MTBF: x = 0.25/7200, sqrt(1800) (1 + 0.0058926/3 + 3.4722e-5/9)
+  // - 0.25 = 42.4264 * 1.0019681 - 0.25 = 42.260 s.
+  EXPECT_NEAR(e.interval_s, 42.260, 1e-3);
+  // One replica per chip: each writer has the whole storage, capped by its 1e10 B/s link.
+  step.replicas = 1000;
+  EXPECT_NEAR(estimate_run(step, test_chip(), s).checkpoint_write_s, 0.1, 1e-12);
+  step.replicas = 3;  // 1000 chips are not 3 whole replicas
+  EXPECT_THROW(estimate_run(step, test_chip(), s), std::exception);
 }
 
 TEST(RunModel, GoodputFallsWithChipCountOnCatalogChips) {

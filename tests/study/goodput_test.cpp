@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "study/best_layout_table.h"
 #include "study/results_io.h"
 #include "study/sweep_runner.h"
 #include "study_fixture.h"
@@ -46,6 +47,10 @@ TEST(Goodput, RunColumnsOfASimulatedPoint) {
   const nlohmann::json j = point_json(p, prices);
   EXPECT_NEAR(j["goodput"].get<double>(), f.run.goodput, 1e-12);
   EXPECT_GT(j["kwh_per_million_tokens"].get<double>(), 0);
+  // The [goodput] settings travel with the figures (reports quote them from there).
+  EXPECT_EQ(j["goodput.pue"], "1.1");
+  EXPECT_EQ(j["goodput.total_tokens"], "1e+12");
+  EXPECT_EQ(j["goodput.restart_s"], "600");
 
   // Spares: paid for the whole run, so they cost more on a run this small (8 chips).
   const Point spared = simulated("b200", {"--goodput.spare_fraction", "1"});
@@ -63,6 +68,35 @@ TEST(Goodput, RunColumnsOfASimulatedPoint) {
   const RunFigures v5p = run_figures(simulated("tpu-v5p"), prices);
   EXPECT_TRUE(v5p.ok);
   EXPECT_FALSE(v5p.has_energy);
+}
+
+// Rows of the best-layout table that differ only in a swept value no other column shows
+// (goodput.spare_fraction) are labelled with it; the goodput table does not cut labels short.
+TEST(Goodput, RowsThatDifferOnlyInSparesHaveDistinctLabels) {
+  const PriceTable prices = read_prices(default_prices_path());
+  BestLayoutTable t;
+  t.swept = {"simulation.device", "goodput.spare_fraction"};
+  for (const char* spares : {"0", "0.02"}) {
+    t.combos.push_back({{"goodput.total_tokens", "1e12"}, {"simulation.device", "b200"}, {"goodput.spare_fraction", spares}});
+    t.best.push_back(simulated("b200", {"--goodput.spare_fraction", spares}));
+    t.searched.push_back(1);
+  }
+  const std::string path = write_best_layout_markdown("/tmp/titan_goodput_test_labels/table.md", t, prices);
+  std::ifstream f(path);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("| b200 |", 0) == 0) rows.push_back(line.substr(0, line.find(" | ", line.find("chips"))));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[0], rows[1]);
+  // Only the swept value: the fixed total_tokens is the same in every row.
+  EXPECT_NE(rows[1].find("| 8 chips, goodput.spare_fraction 0.02: "), std::string::npos) << rows[1];
+  const std::string console = format_best_layout_table(t, prices);
+  EXPECT_NE(console.find("8 chips, goodput.spare_fraction 0: "), std::string::npos) << console;
+
+  std::vector<Point> points = t.best;
+  points[0].cfg.job.description = points[1].cfg.job.description = std::string(30, 'x');
+  const std::string table = format_goodput_table(points, {"job.description", "goodput.spare_fraction"}, prices);
+  EXPECT_NE(table.find(std::string(30, 'x') + " 0.02"), std::string::npos) << table;
 }
 
 TEST(Goodput, BadSettingsAndPriceKindsAreErrors) {
