@@ -375,6 +375,17 @@ foreach(backend mpi gloo)
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(parallel_loss_parity_expert_pipeline_${backend} PROPERTIES TIMEOUT 900 PROCESSORS 8)
 endforeach()
+# MoE tensor parallel inside pipeline stages (PP 2 x TP 2 on 4 ranks, 20 steps, load-balancing
+# loss and bias update on): etp 2, and etp 1 under SP. One process at the pipeline's micro-batch
+# of 1 (^, docs/models.md). Measured: parameters 1.6e-6 (etp 2) and 3.9e-6 (etp 1 with SP, whose
+# tp-partial gradient sums alone give 9.5e-6 with the loss off), within the default 1e-5.
+add_test(NAME parallel_loss_parity_expert_tensor_pipeline
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/loss_parity.py $<TARGET_FILE:parity_runner>
+                 ${MPIEXEC_EXECUTABLE} ${MPIRUN_FLAGS} -- ${_moe},--model.vocab_size=258 ^--training.local_batch_size=1
+                 pp2_tp2_etp2:4:${_moe_pp2},${_etp},--training.local_batch_size=8
+                 pp2_tp2_sp_etp1:4:${_moe_pp2},--parallelism.tensor_parallel_degree=2,--training.local_batch_size=8
+         WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(parallel_loss_parity_expert_tensor_pipeline PROPERTIES TIMEOUT 900 PROCESSORS 4)
 # Bad expert-parallel input ends every rank with a message naming the key.
 foreach(case "3;the experts per block \\(model.moe_experts = 8\\)" "4;data_parallel_shard_degree x context_parallel_degree \\(2 x 1")
   list(GET case 0 _ep)
