@@ -160,6 +160,8 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
   SimulationResult r;
   r.report = f.report;
   r.dims = f.dims;
+  r.ep = cfg.parallelism.expert_parallel_degree;
+  r.etp = cfg.parallelism.expert_tensor_parallel_degree;
   r.placement = placement.describe();
   r.num_chips = cfg.simulation.num_chips;
   r.global_batch = f.global_batch;

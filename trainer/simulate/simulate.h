@@ -59,6 +59,8 @@ struct SimulationResult {
   devices::StepReport report;
   devices::MemoryReport memory;
   ParallelDims dims;
+  // Expert parallelism (MoE): ep borrowed from dp_shard x cp, etp 1 or tp; not mesh dims.
+  int64_t ep = 1, etp = 1;
   std::string placement;  // Placement::describe()
   int64_t num_chips = 0, global_batch = 0, seq_len = 0, microbatches = 1;
   double flops_per_token = 0;  // TorchTitan's convention, docs/mfu.md

@@ -32,7 +32,10 @@ std::string format_report(const SimulationResult& r) {
   os << std::fixed;
   os << "simulated step on " << r.num_chips << " x " << s.device << "\n";
   os << "  topology        " << s.topology << "\n";
-  os << "  layout          " << layout_string(r.dims) << "  (" << r.placement << ")\n";
+  os << "  layout          " << layout_string(r.dims);
+  if (r.ep > 1) os << ", experts over ep " << r.ep << " (from dp_shard x cp)";
+  if (r.etp > 1) os << ", etp " << r.etp;
+  os << "  (" << r.placement << ")\n";
   os << "  execution       " << s.execution << ", collectives " << s.collective_mode << "\n";
   os << "  batch           " << r.global_batch << " x " << r.seq_len << " tokens, " << r.microbatches
      << " micro-batch(es) per rank\n";
@@ -103,7 +106,7 @@ std::string to_json(const SimulationResult& r) {
   j["num_chips"] = r.num_chips;
   j["topology"] = s.topology;
   j["layout"] = {{"pp", r.dims.pp}, {"dp_replicate", r.dims.dp_replicate}, {"dp_shard", r.dims.dp_shard},
-                 {"cp", r.dims.cp}, {"tp", r.dims.tp}};
+                 {"cp", r.dims.cp}, {"tp", r.dims.tp}, {"ep", r.ep}, {"etp", r.etp}};
   j["placement"] = r.placement;
   j["global_batch_size"] = r.global_batch;
   j["seq_len"] = r.seq_len;
