@@ -22,6 +22,13 @@ constexpr double kFlashBackwardFactor = 0.75;
 // Backward of flash attention recomputes S = QK^T and P, then dV = P^T dO, dP = dO V^T,
 // dS -> dQ, dK: 5 matmuls against the forward's 2.
 constexpr double kFlashBackwardFlopRatio = 2.5;
+// Element operations per attention score off the matrix units: forward, exp (scale and mask
+// folded into it) plus the running max and row sum; backward, exp again (P is recomputed)
+// plus dS = P * (dP - D). They run on the vector / special-function units beside the matrix
+// units, so a kernel takes the longer of the two; only chips whose non-matrix rate is far
+// below the usual ~1/16 of the matrix peak (Trainium's vector and scalar engines) reach it.
+constexpr double kFlashForwardScoreOps = 3;
+constexpr double kFlashBackwardScoreOps = 3;
 
 double pad(int64_t d, int64_t tile) {
   if (d <= 0) return 1.0;
@@ -214,7 +221,13 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
       if (chip_.attention_peak_fraction > 0)
         eff = std::min(eff, chip_.attention_peak_fraction * chip_.clock_ratio());
       if (a.backward) eff *= kFlashBackwardFactor / kFlashForwardFactor;
-      return {compute_s(attention_flops(a), eff), memory_s(bytes)};
+      const double flops = attention_flops(a);
+      // Scores computed: the GEMM FLOPs over the 4 * head_dim each score takes per pass.
+      const double scores = flops / (4.0 * static_cast<double>(std::max<int64_t>(1, a.head_dim)) *
+                                     (a.backward ? kFlashBackwardFlopRatio : 1.0));
+      const double engine_s =
+          compute_s(scores * (a.backward ? kFlashBackwardScoreOps : kFlashForwardScoreOps), chip_.vector_peak_fraction);
+      return {std::max(compute_s(flops, eff), engine_s), memory_s(bytes)};
     }
     case OpKind::kView:
       return {0, 0};
