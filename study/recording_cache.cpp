@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "trainer/config/config_loader.h"
+#include "trainer/simulate/replica_derivation.h"
 #include "trainer/step/trainer.h"
 
 namespace titan::study {
@@ -142,13 +144,40 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_
                 [cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); });
 }
 
-RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) {
-  // Every degree of a layout has the same key at degree 2.
-  return cached(probes_, key(with_shard_degree(cfg, 2)), [this, cfg](Recorder& r) {
+RecordingCache::ProbeFuture RecordingCache::record_probe_of(const JobConfig& cfg, const std::string& k) {
+  return cached(probes_, k, [this, cfg](Recorder& r) {
     auto probe = std::make_shared<const ProbeRecording>(r.probe(cfg, probe_degree_.load()));
     probe_degree_ = probe->degree;
     return probe;
   });
+}
+
+RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) {
+  // Every degree of a layout has the same key at degree 2.
+  const std::string k = key(with_shard_degree(cfg, 2));
+  std::optional<ProbeFuture> from;  // the dp_replicate 2 layout's probe, to derive this one from
+  try {
+    if (derive_replicas && replica_derivable(cfg)) from = request_probe(with_two_replicas(cfg));
+  } catch (const std::exception&) {
+    // degrees that do not resolve at dp_replicate 2: recorded as it is
+  }
+  if (!from) return record_probe_of(cfg, k);
+  std::lock_guard<std::mutex> lock(map_mu_);
+  if (auto it = probes_.find(k); it != probes_.end()) return it->second;
+  // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
+  // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
+  auto derive = [this, cfg, k, from = *from]() -> std::shared_ptr<const ProbeRecording> {
+    try {
+      auto derived = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
+      ++derived_replicas;
+      return derived;
+    } catch (const std::exception&) {
+      return record_probe_of(cfg, "recorded\n" + k).get();
+    }
+  };
+  ProbeFuture fut = std::async(std::launch::deferred, derive).share();
+  probes_.emplace(k, fut);
+  return fut;
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg, bool counted) {

@@ -55,6 +55,11 @@ class RecordingCache {
   std::atomic<int64_t> resized_in_place{0};  // of which rewritten in a spare of the same probe
   std::atomic<int64_t> not_resized{0};  // resizable steps recorded after all, and the first why
   std::string first_not_resized() const;
+  // Replica derivation (trainer/simulate/replica_derivation.h): a layout's dp_replicate 1
+  // probe under separate collectives made from its dp_replicate 2 probe instead of recorded;
+  // off: both are recorded.
+  bool derive_replicas = true;
+  std::atomic<int64_t> derived_replicas{0};  // probes derived (not recorded themselves)
   std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
   std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
 
@@ -77,6 +82,7 @@ class RecordingCache {
   std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   ProbeFuture request_probe(const JobConfig& cfg);
+  ProbeFuture record_probe_of(const JobConfig& cfg, const std::string& key);
   // map[key], or a new entry that a recorder fills with make(recorder).
   template <class T, class Make>
   std::shared_future<std::shared_ptr<const T>> cached(

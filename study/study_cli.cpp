@@ -23,13 +23,15 @@ namespace titan::study {
 std::string study_usage() {
   return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
          "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--full-depth]\n"
-         "                   [--every-degree] [--recorders N]\n"
+         "                   [--every-degree] [--every-replica] [--recorders N]\n"
          "                   [--section.key VALUE ...]\n"
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
          "  --search  the best layouts for the base config's model, device and chip count\n"
          "  --full-depth  record every point at its model's depth (no layer extrapolation from\n"
          "            shallow recordings; for comparisons)\n"
+         "  --every-replica  record dp_replicate 1 layouts under separate collectives too (no\n"
+         "            derivation from the dp_replicate 2 recording; for comparisons)\n"
          "  --every-degree  record every dp_shard degree (no resizing of one degree's recording;\n"
          "            for comparisons)\n"
          "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
@@ -46,14 +48,16 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
       "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
       "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
-      "degree's recording (%lld in place), %lld not%s%s; %zu recorder%s%s\n",
+      "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
+      "dp_replicate 2; %zu recorder%s%s\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
       static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
       static_cast<long long>(cache.full_depth.load()), static_cast<long long>(cache.resized.load()),
       static_cast<long long>(cache.resized_in_place.load()),
       static_cast<long long>(cache.not_resized.load()), cache.not_resized.load() ? " (first: " : "",
-      cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "", cache.recorders(),
+      cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "",
+      static_cast<long long>(cache.derived_replicas.load()), cache.recorders(),
       cache.recorders() == 1 ? "" : "s",
       cache.recording_in_processes() ? " (processes)" : " (in-process)");
 }
@@ -103,7 +107,7 @@ void check_sweep_values(const JobConfig& base, const SweepFile& sweep, const std
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
-  bool search = false, plots = true, trace = false, full_depth = false, every_degree = false;
+  bool search = false, plots = true, trace = false, full_depth = false, every_degree = false, every_replica = false;
   int threads = 0, recorders = -1;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -133,6 +137,7 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--trace") trace = true;
     else if (a == "--full-depth") full_depth = true;
     else if (a == "--every-degree") every_degree = true;
+    else if (a == "--every-replica") every_replica = true;
     else if (a == "--recorders") recorders = count(value(), 256);
     else {
       // Config overrides are --section.key; anything else spelled as an option is a typo of one
@@ -153,6 +158,7 @@ int study_main(const std::vector<std::string>& args) {
   RecordingCache cache(std::move(recorder_processes));
   cache.layer_extrapolation = !full_depth;
   cache.resize_shards = !every_degree;
+  cache.derive_replicas = !every_replica;
   SweepFile sweep;
   if (!study_path.empty()) sweep = read_sweep_file(study_path);
   if (!study_path.empty()) check_sweep_values(base, sweep, study_path);
