@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "trainer/config/job_config.h"
 #include "trainer/simulate/simulate.h"
@@ -12,7 +13,8 @@
 namespace titan {
 
 // The result for cfg's depth, or nullopt when the option is off or the samples do not extend
-// (too shallow, or a figure not affine in depth): the caller then records cfg at its depth.
-std::optional<SimulationResult> simulate_by_layer_extrapolation(const JobConfig& cfg);
+// (too shallow, or a figure not affine in depth): the caller then records cfg at its depth,
+// and *why (when given and the option was on) says which.
+std::optional<SimulationResult> simulate_by_layer_extrapolation(const JobConfig& cfg, std::string* why = nullptr);
 
 }  // namespace titan

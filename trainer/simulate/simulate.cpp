@@ -221,8 +221,12 @@ SimulationResult simulate(const JobConfig& cfg, bool other_mode, RecordedStep* r
   const auto t0 = std::chrono::steady_clock::now();
   // simulation.layer_extrapolation: from shallow recordings (none kept for a trace).
   auto run = [recorded](const JobConfig& c) {
-    std::optional<SimulationResult> x = recorded ? std::nullopt : simulate_by_layer_extrapolation(c);
-    return x ? *x : replay(c, record_step(c));
+    std::string why;
+    std::optional<SimulationResult> x = recorded ? std::nullopt : simulate_by_layer_extrapolation(c, &why);
+    if (x) return *x;
+    SimulationResult full = replay(c, record_step(c));
+    full.full_depth_reason = why;
+    return full;
   };
   SimulationResult r = recorded ? [&] {
     RecordedStep rec = record_step(cfg);

@@ -69,6 +69,11 @@ struct SimulationResult {
   std::string other_mode;  // the other collective mode, re-recorded and replayed
   double other_step_time_s = 0, other_mfu_percent = 0;
   double wall_s = 0;  // this process's time to record and replay (both modes)
+  // Layer extrapolation (layer_extrapolation.h): the depths recorded when the figures come
+  // from shallow samples (empty: recorded at full depth), else why, when the option was on.
+  std::vector<int64_t> extrapolated_from_layers;
+  std::string full_depth_reason;
+  std::vector<std::string> rejected_samples;  // shallower samples tried first, each with why
   // report.exposed_comm_s split by collective kind (exposed_comm.h), largest first.
   std::vector<devices::CostItem> exposed_comm_by_kind;
   // Pipeline parallelism (empty without): schedule, bubble over every pipeline rank, each

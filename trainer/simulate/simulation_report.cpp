@@ -84,6 +84,13 @@ std::string format_report(const SimulationResult& r) {
   }
   os << "  trace           " << s.ops << " ops -> " << s.kernels << " kernels, " << s.collectives
      << " collectives; simulated in " << std::setprecision(2) << r.wall_s << " s\n";
+  if (!r.extrapolated_from_layers.empty()) {
+    os << "  depth           extrapolated from " << r.extrapolated_from_layers[0] << ", "
+       << r.extrapolated_from_layers[1] << ", " << r.extrapolated_from_layers[2] << " recorded layers\n";
+    for (const std::string& why : r.rejected_samples) os << "                  (samples " << why << ")\n";
+  } else if (!r.full_depth_reason.empty()) {
+    os << "  depth           recorded at full depth: " << r.full_depth_reason << "\n";
+  }
   return os.str();
 }
 
@@ -146,6 +153,10 @@ std::string to_json(const SimulationResult& r) {
   j["kernels"] = s.kernels;
   j["collectives"] = s.collectives;
   j["simulation_wall_s"] = r.wall_s;
+  j["layer_extrapolation"] = {{"extrapolated", !r.extrapolated_from_layers.empty()},
+                              {"recorded_layers", r.extrapolated_from_layers},
+                              {"full_depth_reason", r.full_depth_reason},
+                              {"rejected_samples", r.rejected_samples}};
   if (!r.pipeline_schedule.empty()) {
     j["pipeline"] = {{"schedule", r.pipeline_schedule},
                      {"stages", r.pipeline_stages},
