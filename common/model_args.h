@@ -55,6 +55,7 @@ struct ModelArgs : ModelShape {
   double moe_aux_loss_coeff = 0;     // load-balancing loss coefficient [router_aux_loss_coef]
   double moe_bias_update_coeff = 0;  // TorchTitan's aux-loss-free bias step (0: off)
   double moe_capacity_factor = 0;    // 0: dropless; else each expert takes ceil(cf N k / E) tokens
+  bool moe_grouped_mm = true;        // experts as grouped matmuls (TorchTitan's use_grouped_mm)
   bool is_moe() const { return moe_experts > 0; }
   bool moe_layer(int64_t layer) const {
     return is_moe() && (layer + 1) % (moe_sparse_step > 0 ? moe_sparse_step : 1) == 0;

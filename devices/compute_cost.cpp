@@ -204,6 +204,7 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   }
   switch (op.kind) {
     case OpKind::kMatmul: {
+      if (!op.groups.empty()) return {compute_s(op.flops, grouped_matmul_efficiency(op.groups)), memory_s(bytes)};
       bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
       double flops = shaped ? 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k
                             : op.flops;
@@ -257,7 +258,10 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
     case OpKind::kMatmul: {
       if (t.memory_s > t.compute_s) return CostBasis::kMatmulShape;
       const bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
-      if (shaped && matmul_efficiency(op.mm) < kMeasuredShapeFactor * chip_.clock_ratio())
+      const double eff = !op.groups.empty() ? grouped_matmul_efficiency(op.groups)
+                         : shaped            ? matmul_efficiency(op.mm)
+                                             : chip_.clock_ratio();
+      if (eff < kMeasuredShapeFactor * chip_.clock_ratio())
         return CostBasis::kMatmulShape;
       const bool measured = chip_.matmul_rate_measured || chip_.sustained_clock_hz > 0;
       if (measured) return CostBasis::kMatmulMeasured;

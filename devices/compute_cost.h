@@ -55,6 +55,10 @@ struct OpDesc {
   int64_t bytes_read = 0;     // HBM bytes of all inputs
   int64_t bytes_written = 0;  // HBM bytes of all outputs
   MatmulShape mm;             // kMatmul
+  // kMatmul as a grouped GEMM (mixture-of-experts experts: torch._grouped_mm, cutlass
+  // GroupedGEMM, megablox): these products in one kernel, whose tiles share the waves and pay
+  // one launch (ComputeModel::grouped_matmul_efficiency); mm is then unused.
+  std::vector<MatmulShape> groups;
   AttentionShape attn;        // kAttention
   int64_t dtype_bytes = 2;    // element size of the compute dtype
   // Recorded outside the model's transformer blocks (embedding, final norm, output and loss,
@@ -71,6 +75,9 @@ struct OpDesc {
 };
 
 OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);
+// One grouped GEMM over `groups` (empty products dropped): FLOPs and HBM bytes are the
+// products' sums, so each group's B operand (an expert's weights) is read once.
+OpDesc grouped_matmul_op(const std::string& name, std::vector<MatmulShape> groups, int64_t dtype_bytes = 2);
 OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes = 2);
 OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, int64_t bytes_written,
                     double flops = 0);
@@ -142,6 +149,10 @@ class ComputeModel {
   // Fraction of the datasheet peak a matmul of this shape reaches (sustained clock x tile
   // padding x wave quantization against the chip's matrix units).
   double matmul_efficiency(const MatmulShape& s) const;
+  // The same for one grouped GEMM: each tile keeps its product's padding, and the tiles of all
+  // products fill the engines' waves together (devices/grouped_matmul_cost.cpp). One product:
+  // matmul_efficiency of it.
+  double grouped_matmul_efficiency(const std::vector<MatmulShape>& groups) const;
   // max(flops / (peak * efficiency), bytes / (hbm_bw * hbm_efficiency)) for one op, unfused.
   double roofline_s(const OpDesc& op) const;
   // FLOPs a flash kernel executes for this shape (causal blocks above the diagonal skipped).

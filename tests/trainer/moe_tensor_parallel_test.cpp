@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "trainer/config/config_loader.h"
+#include "trainer/model/grouped_matmul.h"
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
@@ -24,12 +25,16 @@ JobConfig debug_moe_tp(const std::vector<std::string>& extra) {
 }
 
 // The experts' gate / up products and the down product's input gradient ([rows, dim 128] x
-// [128, hidden]) whose hidden size is `n`: 3 per expert and block.
+// [128, hidden]) whose hidden size is `n`: 3 per expert and block, each a group of a grouped
+// GEMM (trainer/model/grouped_matmul.h; the weight gradients' groups are not counted).
 int64_t expert_products(const RecordedStep& rec, int64_t n) {
   int64_t count = 0;
-  for (const auto& e : rec.trace.events())
-    if (e.type == devices::TraceEvent::Type::kCompute && e.op.name == "aten::mm" && e.op.mm.n == n && e.op.mm.k == 128)
-      ++count;
+  for (const auto& e : rec.trace.events()) {
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.rfind(kGroupedMatmulScope, 0) != 0 ||
+        e.op.name == std::string(kGroupedMatmulScope) + "_backward_weight")
+      continue;
+    for (const devices::MatmulShape& s : e.op.groups) count += s.n == n && s.k == 128;
+  }
   return count;
 }
 

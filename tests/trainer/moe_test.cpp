@@ -12,6 +12,7 @@
 #include "trainer/checkpoint/hf_interop.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/resolve_model.h"
+#include "trainer/model/grouped_matmul.h"
 #include "trainer/model/moe.h"
 #include "trainer/simulate/simulate.h"
 #include "trainer/simulate/simulate_pipeline.h"
@@ -200,16 +201,21 @@ JobConfig moe_sim(const std::string& config, std::vector<std::string> extra = {}
   return load_job_config(args);
 }
 
-// The debug MoE's per-expert products (expert ffn 96, dim 128) and their row counts.
-int64_t expert_mms(const RecordedStep& rec, int64_t* min_m = nullptr, int64_t* max_m = nullptr) {
+// The debug MoE's per-expert products (expert ffn 96, dim 128) and their row counts: the
+// groups of the grouped GEMMs the recorder keeps (trainer/model/grouped_matmul.h).
+int64_t expert_mms(const devices::Trace& trace, int64_t* min_m = nullptr, int64_t* max_m = nullptr) {
   int64_t n = 0;
-  for (const auto& e : rec.trace.events()) {
+  for (const auto& e : trace.events()) {
     // An expert's gate / up product and its down product's input gradient: [count, dim] x [dim, 96].
-    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name != "aten::mm" || e.op.mm.n != 96 || e.op.mm.k != 128)
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.rfind(kGroupedMatmulScope, 0) != 0 ||
+        e.op.name == std::string(kGroupedMatmulScope) + "_backward_weight")
       continue;
-    ++n;
-    if (min_m) *min_m = std::min(*min_m, e.op.mm.m);
-    if (max_m) *max_m = std::max(*max_m, e.op.mm.m);
+    for (const devices::MatmulShape& s : e.op.groups) {
+      if (s.n != 96 || s.k != 128) continue;
+      ++n;
+      if (min_m) *min_m = std::min(*min_m, s.m);
+      if (max_m) *max_m = std::max(*max_m, s.m);
+    }
   }
   return n;
 }
@@ -218,18 +224,23 @@ TEST(MoeSimulate, DebugMoeRecordsOneProductPerExpertAndReplays) {
   JobConfig cfg = moe_sim("debug_moe.toml", {"--simulation.enable", "true", "--simulation.num_chips", "8",
                                              "--simulation.device", "h100", "--activation_checkpoint.mode", "none"});
   RecordedStep uni = record_step(cfg);
-  // 4 MoE layers x 8 experts x 3 expert products, forward (1 mm) and backward (2 each), plus the
-  // attention projections, routers and head as for a dense model.
+  // 4 MoE layers x 3 expert projections, each one grouped GEMM over the 8 experts forward and
+  // one per gradient (input, weight) backward; GEMMs of their own: the attention projections,
+  // routers and head as for a dense model.
   const int64_t dense_mms = 3 * (4 * 4 + 4 + 1);
-  EXPECT_EQ(uni.op_counts["aten::mm"], 3 * 4 * 8 * 3 + dense_mms);
+  EXPECT_EQ(uni.op_counts["aten::mm"], dense_mms);
+  const std::string grouped = kGroupedMatmulScope;
+  for (const char* pass : {"", "_backward_input", "_backward_weight"}) EXPECT_EQ(uni.op_counts[grouped + pass], 4 * 3);
+  // Every expert's gate and up products and its down product's input gradient, in the groups.
+  EXPECT_EQ(expert_mms(uni.trace), 4 * 8 * 3);
   cfg.simulation.moe_routing = "skewed";
   cfg.simulation.moe_routing_zipf = 2.0;
   RecordedStep skew = record_step(cfg);
   // Skewed: fewer experts get tokens at Zipf 2 only if some receive none; the products'
   // row counts spread (hot experts take every token).
   int64_t umin = 1 << 30, umax = 0, smin = 1 << 30, smax = 0;
-  expert_mms(uni, &umin, &umax);
-  expert_mms(skew, &smin, &smax);
+  expert_mms(uni.trace, &umin, &umax);
+  expert_mms(skew.trace, &smin, &smax);
   EXPECT_GT(smax, umax);
   EXPECT_LT(smin, umin);
   SimulationResult r = simulate(cfg, false);
@@ -270,16 +281,15 @@ TEST(MoeSimulate, DebugMoeExpertParallelInsidePipelineStages) {
     EXPECT_TRUE(rec.pipeline);
     if (!rec.pipeline) return c;
     c.microbatches = rec.pipeline->recorded_microbatches * rec.pipeline->runs;
-    for (const auto& seg : rec.pipeline->ranks[0])
+    for (const auto& seg : rec.pipeline->ranks[0]) {
+      c.expert_mms += expert_mms(seg.trace);
       for (const auto& e : seg.trace.events()) {
-        // As expert_mms: [count, dim 128] x [128, expert ffn 96].
-        if (e.type == devices::TraceEvent::Type::kCompute && e.op.name == "aten::mm" && e.op.mm.n == 96 && e.op.mm.k == 128)
-          ++c.expert_mms;
         if (e.type == devices::TraceEvent::Type::kIssue && e.collective.kind == devices::CollectiveKind::kAllToAll) {
           ++c.exchanges;
           c.groups.insert(e.collective.group);
         }
       }
+    }
     return c;
   };
   const Counts pp = count(record_step(moe_sim("debug_moe.toml", base)));

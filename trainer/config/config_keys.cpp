@@ -48,6 +48,9 @@ Registry make_registry(JobConfig& c) {
         "aux-loss-free balancing: expert bias step after each optimizer step (0: off)");
   r.add("model", "moe_capacity_factor", &c.model.moe_capacity_factor, 0, kInf,
         "tokens each expert takes, x N k / E; slots past it are dropped (0: dropless)");
+  r.add("model", "moe_grouped_mm", &c.model.moe_grouped_mm,
+        "experts' products as one grouped matmul per projection, simulated as one grouped GEMM "
+        "(TorchTitan's use_grouped_mm; false: a loop of one GEMM per expert)");
 
   r.add("optimizer", "name", &c.optimizer.name, "optimizer");
   r.add("optimizer", "lr", &c.optimizer.lr, 0, kInf, "peak learning rate");

@@ -17,6 +17,7 @@ ModelArgs resolve_model_args(const ModelSection& m, int64_t tokenizer_vocab, int
   if (m.moe_aux_loss_coeff >= 0) a.moe_aux_loss_coeff = m.moe_aux_loss_coeff;
   a.moe_bias_update_coeff = m.moe_bias_update_coeff;
   a.moe_capacity_factor = m.moe_capacity_factor;
+  a.moe_grouped_mm = m.moe_grouped_mm;
   check_moe_args(a);
   TITAN_CONFIG_CHECK(a.n_heads % a.n_kv_heads == 0, "model.n_heads (", a.n_heads,
                      ") must be a multiple of model.n_kv_heads (", a.n_kv_heads, ")");

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "trainer/model/grouped_matmul.h"
 
 namespace titan {
 namespace {
@@ -105,25 +106,25 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hid
 }
 
 torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& tokens, const std::vector<int64_t>& counts) {
-  const torch::Tensor &g = w1->weight, &d = w2->weight, &u = w3->weight;
-  TITAN_CHECK(static_cast<int64_t>(counts.size()) == g.size(0), "grouped experts: ", counts.size(),
-              " token counts for ", g.size(0), " experts");
-  // unbind (one view per expert): its backward stacks the experts' weight gradients once,
-  // where indexing per expert would add a zero-filled [E, ...] gradient per expert.
-  // Likewise the tokens: split's backward concatenates the blocks' gradients, where narrow's
-  // would add a zero-filled [M, dim] gradient per expert.
-  auto g_e = g.unbind(0), d_e = d.unbind(0), u_e = u.unbind(0);
-  const int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  TITAN_CHECK(rows == tokens.size(0), "grouped experts: counts sum to ", rows, " for ", tokens.size(0), " tokens");
+  // One grouped matmul per projection, as frameworks run the experts (one kernel each, whose
+  // tiles from all experts share the machine's waves): gate and up, the SwiGLU on all rows at
+  // once (elementwise: per expert up to the vectorised silu's roundoff), then down.
+  if (grouped) {
+    auto h = torch::silu(grouped_mm(tokens, w1->weight, counts)) * grouped_mm(tokens, w3->weight, counts);
+    return grouped_mm(h, w2->weight, counts);
+  }
+  TITAN_CHECK(static_cast<int64_t>(counts.size()) == w1->weight.size(0), "grouped experts: ", counts.size(),
+              " token counts for ", w1->weight.size(0), " experts");
+  // unbind / split: one gradient stack / concatenation each, as in grouped_mm.
+  auto g_e = w1->weight.unbind(0), d_e = w2->weight.unbind(0), u_e = w3->weight.unbind(0);
   auto blocks = tokens.split_with_sizes(counts, 0);
   std::vector<torch::Tensor> outs;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
-    const torch::Tensor& x = blocks[e];
-    auto h = torch::silu(torch::mm(x, g_e[e].t())) * torch::mm(x, u_e[e].t());
+    auto h = torch::silu(torch::mm(blocks[e], g_e[e].t())) * torch::mm(blocks[e], u_e[e].t());
     outs.push_back(torch::mm(h, d_e[e].t()));
   }
-  if (outs.empty()) return torch::zeros({0, d.size(1)}, tokens.options());
+  if (outs.empty()) return torch::zeros({0, w2->weight.size(1)}, tokens.options());
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
 }
 
@@ -137,6 +138,7 @@ MoEImpl::MoEImpl(const ModelArgs& a, const torch::TensorOptions& opts)
   check_moe_args(a);
   router = register_module("router", Linear(a.dim, a.moe_experts, opts));
   experts = register_module("experts", GroupedExperts(a.moe_experts, a.dim, a.moe_ffn_dim, opts));
+  experts->grouped = a.moe_grouped_mm;
   if (a.moe_shared_ffn_dim > 0) {
     ModelArgs shared = a;
     shared.ffn_dim = a.moe_shared_ffn_dim;

@@ -52,6 +52,10 @@ class GroupedExpertsImpl : public torch::nn::Module {
   // product per expert on its rows (experts with none are skipped); returns [M, dim].
   torch::Tensor forward(const torch::Tensor& tokens, const std::vector<int64_t>& counts);
   ExpertWeights w1{nullptr}, w2{nullptr}, w3{nullptr};
+  // One grouped matmul per projection (trainer/model/grouped_matmul.h), as frameworks run
+  // them; false: each expert's SwiGLU in turn, its products as GEMMs of their own (on the
+  // CPU the same products, silu roundoff apart; a recording then holds E GEMMs per projection).
+  bool grouped = true;
 };
 TORCH_MODULE(GroupedExperts);
 

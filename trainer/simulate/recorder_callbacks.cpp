@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "devices/fused_ops.h"
 #include "parallel/context_parallel.h"
+#include "trainer/model/grouped_matmul.h"
 #include "trainer/model/op_save_hook.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
@@ -36,6 +37,7 @@ TraceRecorder* active = nullptr;
 bool fuse_attention_scope = true;
 bool fuse_kernel_scopes = false;
 bool fuse_cross_entropy_scope = false;
+bool fuse_grouped_matmul_scope = true;
 std::map<std::pair<uint64_t, int64_t>, ScopeInterval> intervals;
 int64_t unseen_grads_writer = -1;
 uint64_t unseen_grads_thread = 0;
@@ -135,6 +137,37 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->kernel_backward[0].name = std::string(kAttentionScope) + "_backward";
     // Flash attention keeps q, k and v for its backward.
     for (const auto& v : in) add_uses(v, &f->kernel_forward[0].reads), add_uses(v, &f->kernel_backward[0].reads);
+    f->thread = fn.threadId();
+    f->seq_lo = at::sequence_number::peek();
+  } else if (name == kGroupedMatmulScope && fuse_grouped_matmul_scope && !f->suppressed) {
+    // One grouped GEMM over the experts' products, and in backward one per gradient: the
+    // inputs' (each expert's rows times its weight) and the weight's (each expert's weight
+    // gradient, K = its rows; experts without rows still get theirs written, as zeros).
+    auto in = fn.inputs();
+    TITAN_CHECK(in.size() == 3 && in[0].isTensor() && in[1].isTensor() && in[2].isIntList(), kGroupedMatmulScope,
+                ": expected x, w and the rows per expert as the scope's inputs");
+    const at::Tensor x = in[0].toTensor(), w = in[1].toTensor();
+    const std::vector<int64_t> rows = in[2].toIntVector();
+    const int64_t out = w.size(1), inner = w.size(2), b = static_cast<int64_t>(x.element_size());
+    std::vector<devices::MatmulShape> fwd, dx, dw;
+    for (int64_t m : rows) {
+      fwd.push_back({1, m, out, inner});
+      dx.push_back({1, m, inner, out});
+      dw.push_back({1, out, inner, m});
+    }
+    f->kernel = true;
+    f->suppress_children = true;
+    f->kernel_forward = {devices::grouped_matmul_op(kGroupedMatmulScope, fwd, b)};
+    if (x.requires_grad()) f->kernel_backward.push_back(devices::grouped_matmul_op(std::string(kGroupedMatmulScope) + "_backward_input", dx, b));
+    if (w.requires_grad()) {
+      devices::OpDesc g = devices::grouped_matmul_op(std::string(kGroupedMatmulScope) + "_backward_weight", dw, b);
+      g.bytes_written = w.numel() * b;
+      f->kernel_backward.push_back(std::move(g));
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      add_uses(in[i], &f->kernel_forward[0].reads);
+      if (!f->kernel_backward.empty()) add_uses(in[i], &f->kernel_backward.front().reads);
+    }
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if ((fuse_kernel_scopes || (fuse_cross_entropy_scope && name == kFusedCrossEntropyScope)) && !f->suppressed &&

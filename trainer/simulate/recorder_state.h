@@ -25,6 +25,7 @@ extern TraceRecorder* active;
 extern bool fuse_attention_scope;      // set with `active`, before the callback is installed
 extern bool fuse_kernel_scopes;        // the same, for the fused kernels' scopes
 extern bool fuse_cross_entropy_scope;  // the same, for the cross entropy's scope alone
+extern bool fuse_grouped_matmul_scope; // the same, for the grouped matmuls' scopes
 
 // Forward scopes kept as one kernel (attention, fused kernels): on thread `thread`, autograd
 // nodes with sequence numbers in [lo, hi) were created inside the scope; their backward is

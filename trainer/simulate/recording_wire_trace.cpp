@@ -6,8 +6,8 @@ namespace titan::wire {
 // A field added to one of these structs must be carried here too (or the recorder processes
 // would drop it silently): each size is checked, so that such a change stops the build here.
 static_assert(
-    sizeof(devices::OpDesc) == 272 && sizeof(devices::CollectiveDesc) == 80 &&
-        sizeof(devices::TraceEvent) == 368 && sizeof(devices::Trace) == 160,
+    sizeof(devices::OpDesc) == 296 && sizeof(devices::CollectiveDesc) == 80 &&
+        sizeof(devices::TraceEvent) == 392 && sizeof(devices::Trace) == 160,
     "devices::Trace changed: carry the new fields in recording_wire_trace.cpp, then update these sizes");
 static_assert(sizeof(SimCollectiveEvent) == 136,
               "SimCollectiveEvent changed: carry the new fields in recording_wire_trace.cpp, then update its size");
@@ -28,6 +28,7 @@ void put_op(Writer& w, const devices::OpDesc& op) {
   w.pod(op.flops);
   w.i64(op.bytes_read), w.i64(op.bytes_written);
   w.pod(op.mm);
+  w.list(op.groups, [&](const devices::MatmulShape& s) { w.pod(s); });
   const devices::AttentionShape& a = op.attn;  // field by field: no padding bytes on the wire
   for (int64_t v : {a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim}) w.i64(v);
   w.pod(a.causal), w.pod(a.backward);
@@ -43,6 +44,7 @@ devices::OpDesc get_op(Reader& r) {
   op.flops = r.pod<double>();
   op.bytes_read = r.i64(), op.bytes_written = r.i64();
   op.mm = r.pod<devices::MatmulShape>();
+  op.groups = r.list<devices::MatmulShape>([&](devices::MatmulShape& s) { s = r.pod<devices::MatmulShape>(); });
   devices::AttentionShape& a = op.attn;
   for (int64_t* v : {&a.batch, &a.heads, &a.kv_heads, &a.q_len, &a.kv_len, &a.head_dim})
     *v = r.i64();

@@ -56,6 +56,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     recorder_state::fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     recorder_state::fuse_cross_entropy_scope = options.fused_cross_entropy;
+    recorder_state::fuse_grouped_matmul_scope = options.grouped_matmul;
     set_meta_records_fused_cross_entropy(options.fused_cross_entropy);
     recorder_state::intervals.clear();
     block_membership::reset();

@@ -47,8 +47,12 @@ struct RecordOptions {
   // of the logits nor their log-probabilities are stored; the backward writes the logits'
   // gradient in their dtype. Set by record_options(chip, execution).
   bool fused_cross_entropy = false;
+  // Keep each grouped-matmul scope (the MoE experts' products, trainer/model/grouped_matmul.h)
+  // as one grouped GEMM, forward and per gradient: what an accelerator's framework runs. Off
+  // where the trainer itself runs (the host CPU, fused_kernels): its loop of products is recorded.
+  bool grouped_matmul = true;
   RecordOptions(bool fuse_attention_ = true, bool fused_kernels_ = false)  // NOLINT: from a bool
-      : fuse_attention(fuse_attention_), fused_kernels(fused_kernels_) {}
+      : fuse_attention(fuse_attention_), fused_kernels(fused_kernels_), grouped_matmul(!fused_kernels_) {}
 };
 RecordOptions record_options(const devices::ChipSpec& chip);
 RecordOptions record_options(const devices::ChipSpec& chip, devices::ExecutionMode execution);
