@@ -1,6 +1,7 @@
 #include "trainer/simulate/extrapolated_run.h"
 
 #include <array>
+#include <map>
 #include <vector>
 
 #include "trainer/simulate/layer_extrapolation.h"
@@ -12,20 +13,27 @@ std::optional<SimulationResult> simulate_by_layer_extrapolation(const JobConfig&
   std::string reason;
   std::vector<std::string> rejected;
   // Deeper samples while the shallowest is still in a transient, as the study does
-  // (study/evaluate.cpp), each depth recorded once.
+  // (study/evaluate.cpp). Each depth is recorded once: the deeper samples share two depths
+  // with the ones before (30B-A3B PP 2: 4, 8, 12 then 8, 12, 16 record 40 layers, not 60).
+  std::map<int64_t, ReplayFigures> replayed;
+  std::optional<devices::ChipSpec> chip;
+  devices::Placement placement;
   LayerSamples s = layer_samples(cfg);
   for (; s.ok; s = deeper_samples(s)) {
     std::array<ReplayFigures, 3> f;
-    std::optional<RecordedStep> first;
     for (size_t j = 0; j < 3; ++j) {
-      const JobConfig c = with_layers(cfg, s.layers[j]);
-      RecordedStep rec = record_step(c);
-      f[j] = replay_figures(c, rec, rec.chip, rec.placement);
-      if (!first) first = std::move(rec);
+      auto it = replayed.find(s.layers[j]);
+      if (it == replayed.end()) {
+        const JobConfig c = with_layers(cfg, s.layers[j]);
+        const RecordedStep rec = record_step(c);
+        it = replayed.emplace(s.layers[j], replay_figures(c, rec, rec.chip, rec.placement)).first;
+        if (!chip) chip = rec.chip, placement = rec.placement;
+      }
+      f[j] = it->second;
     }
     const Extrapolation x = extrapolate_layers(s, f);
     if (x.ok) {
-      SimulationResult r = finish_replay(cfg, x.figures, first->chip, first->placement);
+      SimulationResult r = finish_replay(cfg, x.figures, *chip, placement);
       r.extrapolated_from_layers.assign(s.layers.begin(), s.layers.end());
       r.rejected_samples = std::move(rejected);
       return r;
