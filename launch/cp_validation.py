@@ -8,6 +8,9 @@ only (what a uniform or a ring-block-only change of flash-attention speed would 
 change of the device model.
 """
 
+import pathlib
+import tomllib
+
 # TorchTitan (arXiv 2410.06511, "TorchTitan: One-stop PyTorch native solution for production
 # ready LLM pre-training", ICLR 2025), the context-parallel table: Llama 3.1 8B on 8 H100 GPUs,
 # FSDP x CP with local batch 1, tokens/s per GPU. RECALLED from the paper, not re-read here (no
@@ -29,6 +32,14 @@ EXECUTED_PASSES = 1 + 1 + 2.5
 COUNTED_PASSES = (1 + 2) * 2
 H100_PEAK = 989e12  # nominal dense bf16, TorchTitan's MFU peak
 TARGET = 15.0
+CHIPS = pathlib.Path(__file__).resolve().parent.parent / "devices" / "chips"
+
+
+def _chip_value(chip, section, key):
+    """A figure of the chip catalog (devices/chips/<chip>.toml), so the prose quotes the model's own."""
+    with open(CHIPS / f"{chip}.toml", "rb") as f:
+        entry = tomllib.load(f)[section][key]
+    return entry["value"] if isinstance(entry, dict) else entry
 
 
 def _attention_s(r):
@@ -129,10 +140,12 @@ def _setup():
         "merged in fp32 outside the compiled graphs; the all-gather issued before the local (diagonal) block "
         "and waited after it, K/V gradients sent back around the ring in fp32. titan's own ring attention "
         "moves GQA K/V (8 heads) and overlaps the all-gather with the local blocks the same way.",
-        "- Model figures the rows rest on: flash attention forward at 0.425 of the sustained-clock peak, backward "
-        "at 0.75 / 0.90 of that (devices/chips/h100.toml, devices/compute_cost.cpp: FlashAttention-3 paper's FA2 "
-        "baseline on H100, RECALLED ~350 TFLOP/s forward at 700 W); the 500 W clock 1218 MHz is derived, not "
-        "measured (devices/chips/h100-96gb.toml). Nothing here was measured on an H100: this task had no GPU.\n",
+        f"- Model figures the rows rest on: flash attention at "
+        f"{_chip_value('h100', 'kernels', 'attention_peak_fraction')} of the sustained-clock peak "
+        "(devices/chips/h100.toml: FlashAttention-3 paper's FA2 baseline on H100, RECALLED ~350 TFLOP/s forward at "
+        "700 W), forward and backward scaled by the flash factors of devices/compute_cost.cpp; the 500 W clock "
+        f"{_chip_value('h100-96gb', 'compute', 'sustained_clock')} MHz is derived, not measured "
+        "(devices/chips/h100-96gb.toml). Nothing here was measured on an H100: this task had no GPU.\n",
     ]
 
 

@@ -161,7 +161,7 @@ def main():
     if len(batches) == 1:
         (gb, seq), = batches
         batch = (f"Every point trains with the same global batch, {gb} sequences of {seq} tokens "
-                 f"({gb * seq / 1e6:.0f}M tokens; DeepSeek-V3 used about 63M), so {tokens_text(total)} tokens is "
+                 f"({gb * seq / 1e6:.0f}M tokens; DeepSeek-V3's final batch was about 63M, RECALLED from its report and not checked here), so {tokens_text(total)} tokens is "
                  f"{total / (gb * seq):,.0f} steps everywhere and the smaller clusters accumulate gradients.")
     else:
         batch = "Global batches differ between points: " + "; ".join(

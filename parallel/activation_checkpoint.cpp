@@ -8,7 +8,7 @@
 
 #include "collectives/sim_backend.h"
 #include "common/error.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 namespace {

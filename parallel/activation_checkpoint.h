@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "trainer/model/module_hooks.h"
+#include "trainer/model/hooks/module_hooks.h"
 #include "common/remat_policy.h"
 
 namespace titan {
@@ -18,7 +18,7 @@ BlockWrapFn activation_checkpoint_wrapper(int64_t every);
 // block is checkpointed, but the outputs of its linear products, its attention and its
 // sequence-parallel reduce-scatters are kept from the forward, except every second linear
 // product (the 2nd, 4th, ... in the block's forward order), and the recompute reuses them
-// (trainer/model/op_save_hook.h): it reruns only the norms, RoPE, SwiGLU, casts and the dropped
+// (trainer/model/hooks/op_save_hook.h): it reruns only the norms, RoPE, SwiGLU, casts and the dropped
 // products, and each reused op still back-propagates to its recomputed inputs.
 BlockWrapFn op_activation_checkpoint_wrapper();
 

@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "collectives/communicator.h"
-#include "trainer/model/module_hooks.h"
+#include "trainer/model/hooks/module_hooks.h"
 
 namespace titan {
 
@@ -47,7 +47,7 @@ void check_context_parallel(int64_t seq_len, int64_t cp);
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              double scale, Communicator& cp, CpRotate method);
 
-// The model hook (trainer/model/module_hooks.h) running ring_attention over `cp`.
+// The model hook (trainer/model/hooks/module_hooks.h) running ring_attention over `cp`.
 AttentionFn ring_attention_fn(Communicator& cp, CpRotate method);
 
 }  // namespace titan

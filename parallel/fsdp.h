@@ -22,7 +22,7 @@
 #include <torch/torch.h>
 
 #include "collectives/communicator.h"
-#include "trainer/model/module_hooks.h"
+#include "trainer/model/hooks/module_hooks.h"
 
 namespace titan {
 

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 namespace {
@@ -19,7 +19,7 @@ struct DeferredLinear : public torch::autograd::Function<DeferredLinear> {
                                const torch::Tensor& weight, int64_t store) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["store"] = store;
-    // A product op-level activation checkpointing keeps (trainer/model/op_save_hook.h), as the
+    // A product op-level activation checkpointing keeps (trainer/model/hooks/op_save_hook.h), as the
     // model's own linear does: the same policy under zero-bubble schedules.
     const OpSaveAction act = op_save_next(SavedOp::kLinear);
     if (act == OpSaveAction::kReuse) {

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 namespace {

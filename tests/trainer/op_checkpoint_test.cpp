@@ -1,5 +1,5 @@
 // Op-level selective activation checkpointing (parallel/activation_checkpoint.h with the hook
-// of trainer/model/op_save_hook.h): the recompute reruns only the ops the policy does not keep
+// of trainer/model/hooks/op_save_hook.h): the recompute reruns only the ops the policy does not keep
 // (every second linear product of a block, the norms, RoPE, SwiGLU), the gradients are those
 // of no checkpointing, and the simulator's meta recording holds the same recompute.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "devices/trace_memory.h"
 #include "parallel/activation_checkpoint.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 #include "parallel/pipeline_weight_grad.h"
 #include "tests/trainer/mm_counter.h"
 #include "trainer/config/config_loader.h"

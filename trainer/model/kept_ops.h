@@ -1,5 +1,5 @@
 // Autograd nodes for ops whose forward output was kept by an op-level activation-checkpointing
-// policy (trainer/model/op_save_hook.h) and is reused in the block's recompute: the node returns
+// policy (trainer/model/hooks/op_save_hook.h) and is reused in the block's recompute: the node returns
 // the kept tensor, computing nothing, while its backward is the op's backward on the
 // recomputed inputs. For the composite ATen paths of the model (the fused kernels take their
 // kept outputs inside their own autograd functions).

@@ -4,7 +4,7 @@
 
 #include <ATen/record_function.h>
 
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 #include "trainer/model/kept_ops.h"
 #include "trainer/model/kernels/attention_kernel.h"
 #include "trainer/model/kernels/cross_entropy_kernel.h"
@@ -28,7 +28,7 @@ torch::Tensor composite_or_stand_in(bool scoped, const char* scope, const std::v
   return meta_kernel(scope, std::vector<c10::IValue>(inputs.begin(), inputs.end()), inputs, output);
 }
 
-// composite_or_stand_in under op-level activation checkpointing (trainer/model/op_save_hook.h):
+// composite_or_stand_in under op-level activation checkpointing (trainer/model/hooks/op_save_hook.h):
 // kKeep hands the output to the hook; kReuse returns the kept output, from reuse(kept) (the
 // composite path's node, whose backward is the op's) or, where the recording keeps the
 // kernel, from the kernel's stand-in inside KeptOutputScope (its backward only is recorded).

@@ -1,6 +1,6 @@
 // The dense decoder (Qwen3 and Llama 3 from one code path), faithful to the Hugging Face
 // implementation. Knows nothing of parallelism: plans change it from outside through the
-// generic hooks of trainer/model/module_hooks.h (WeightModule::wrap and ::weight,
+// generic hooks of trainer/model/hooks/module_hooks.h (WeightModule::wrap and ::weight,
 // Transformer::block_wrappers and ::forward_wrap) and by replacing parameters with shards.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/model/module_hooks.h"
+#include "trainer/model/hooks/module_hooks.h"
 #include "common/model_args.h"
 #include "trainer/model/kernels/fused_kernels.h"
 
@@ -63,7 +63,7 @@ class AttentionImpl : public torch::nn::Module {
   FusedKernels kernels;  // rope and attention; the norms carry their own switch
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
-  AttentionFn attention_fn;  // set by a plan (trainer/model/module_hooks.h); unset: causal attention here
+  AttentionFn attention_fn;  // set by a plan (trainer/model/hooks/module_hooks.h); unset: causal attention here
 };
 TORCH_MODULE(Attention);
 

@@ -18,7 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/model_args.h"
-#include "trainer/model/module_hooks.h"
+#include "trainer/model/hooks/module_hooks.h"
 #include "trainer/model/model.h"
 #include "trainer/model/moe_dispatch.h"
 

@@ -16,7 +16,7 @@
 #include "devices/fused_ops.h"
 #include "parallel/context_parallel.h"
 #include "trainer/model/grouped_matmul.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"

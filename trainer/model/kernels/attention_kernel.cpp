@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 #include "trainer/model/kernels/attention_tiles.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/thread_choice.h"

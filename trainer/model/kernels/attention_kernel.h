@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 
@@ -16,7 +16,7 @@ namespace titan {
 // with H a multiple of KV (query head h reads kv head h / (H / KV)); any strides with a
 // contiguous last dim. Returns [B, H, S, D] as a view of [B, S, H, D] memory, so that
 // transpose(1, 2).reshape({B, S, H * D}) is free.
-// Under op-level activation checkpointing (trainer/model/op_save_hook.h), kKeep hands the output and
+// Under op-level activation checkpointing (trainer/model/hooks/op_save_hook.h), kKeep hands the output and
 // log-sum-exp to the hook, kReuse returns the kept ones without running the forward.
 torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      double scale, OpSaveAction action = OpSaveAction::kRun);

@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/error.h"
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/thread_choice.h"
 
@@ -86,7 +86,7 @@ torch::Tensor stacked_weights(torch::TensorList weights) {
 // sum costs no pass of its own. Forward: one GEMM over the weights stacked where they lie
 // back to back (stacked_weights), else one per weight; weight gradients one GEMM per weight.
 struct LinearsFunction : public torch::autograd::Function<LinearsFunction> {
-  // actions: per weight, what the op-save hook asked (trainer/model/op_save_hook.h; OpSaveAction
+  // actions: per weight, what the op-save hook asked (trainer/model/hooks/op_save_hook.h; OpSaveAction
   // values, empty: run all).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 torch::TensorList weights, const c10::IValue& actions) {

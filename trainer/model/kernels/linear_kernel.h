@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 
@@ -15,7 +15,7 @@ namespace titan {
 torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight);
 // x @ W_i^T for each weight, as one autograd node whose backward sums the input gradient
 // over the weights in the GEMMs themselves (the q/k/v and gate/up projections read one x).
-// Under op-level activation checkpointing (trainer/model/op_save_hook.h), actions[i] says what to do
+// Under op-level activation checkpointing (trainer/model/hooks/op_save_hook.h), actions[i] says what to do
 // with weight i's product: kKeep hands it to the hook, kReuse takes the kept one from it
 // instead of running the GEMM (the backward is the same); empty: run all.
 std::vector<torch::Tensor> fused_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

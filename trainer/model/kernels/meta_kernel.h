@@ -11,7 +11,7 @@
 
 #include <functional>
 
-#include "trainer/model/op_save_hook.h"
+#include "trainer/model/hooks/op_save_hook.h"
 
 namespace titan {
 
