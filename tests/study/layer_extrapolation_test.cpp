@@ -132,6 +132,17 @@ TEST(LayerExtrapolation, SamplesKeepTheStageSplitAndTheCheckpointPeriod) {
   EXPECT_EQ(s.layers, (std::array<int64_t, 3>{3, 5, 7}));
   // Too shallow to gain: recorded at its own depth.
   EXPECT_FALSE(layer_samples(tiny_config({"--model.n_layers", "4"})).ok);
+  // One step deeper only the deepest sample is new: it pays while that one holds at most half
+  // the config's layers (36 layers, step 4: 4 8 12 -> 8 12 16 -> refused at 12 16 20).
+  s = layer_samples(tiny_config({"--model.n_layers", "36", "--parallelism.pipeline_parallel_degree", "2"}));
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(s.layers, (std::array<int64_t, 3>{4, 8, 12}));
+  s = deeper_samples(s);
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(s.layers, (std::array<int64_t, 3>{8, 12, 16}));
+  s = deeper_samples(s);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.why.find("too shallow"), std::string::npos) << s.why;
 }
 
 TEST(LayerExtrapolation, RefusesAFigureThatIsNotAffineInDepth) {

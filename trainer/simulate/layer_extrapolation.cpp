@@ -62,9 +62,13 @@ class Fit {
 
 namespace {
 
-// Samples that together hold as many layers as the config record no faster than it.
-LayerSamples gains(LayerSamples s) {
-  if (s.ok && s.layers[0] + s.layers[1] + s.layers[2] >= s.target_layers) {
+// Samples that together hold as many layers as the config record no faster than it. One step
+// deeper, two of the three are recorded already: the move gains while its one new recording
+// holds at most half the config's layers (recording cost grows with depth).
+LayerSamples gains(LayerSamples s, bool deeper) {
+  const bool gain = deeper ? 2 * s.layers[2] <= s.target_layers
+                           : s.layers[0] + s.layers[1] + s.layers[2] < s.target_layers;
+  if (s.ok && !gain) {
     s.ok = false;
     s.why = "too shallow to gain from samples (" + std::to_string(s.target_layers) + " layers, samples " +
             std::to_string(s.layers[0]) + ", " + std::to_string(s.layers[1]) + ", " + std::to_string(s.layers[2]) +
@@ -110,13 +114,13 @@ LayerSamples layer_samples(const JobConfig& cfg) {
   const int64_t rest = s.target_layers % s.step;
   for (int j = 0; j < 3; ++j) s.layers[j] = rest + s.step * (kFirstSampleSteps + j);
   s.ok = true;
-  return gains(s);
+  return gains(s, false);
 }
 
 LayerSamples deeper_samples(const LayerSamples& s) {
   LayerSamples d = s;
   for (auto& n : d.layers) n += s.step;
-  return gains(d);
+  return gains(d, true);
 }
 
 namespace {
