@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
+#include "devices/matmul_tiles.h"
 
 namespace titan::devices {
 namespace {
@@ -29,12 +30,6 @@ constexpr double kFlashBackwardFlopRatio = 2.5;
 // below the usual ~1/16 of the matrix peak (Trainium's vector and scalar engines) reach it.
 constexpr double kFlashForwardScoreOps = 3;
 constexpr double kFlashBackwardScoreOps = 3;
-
-double pad(int64_t d, int64_t tile) {
-  if (d <= 0) return 1.0;
-  int64_t tiles = (d + tile - 1) / tile;
-  return static_cast<double>(d) / static_cast<double>(tiles * tile);
-}
 
 // A matmul whose tile and wave losses exceed this share runs where the shape model alone sets
 // its time: the one measured point of any chip is a large square GEMM, whose shape losses are
@@ -128,32 +123,21 @@ ComputeModel::ComputeModel(const ChipSpec& chip, ExecutionMode mode)
 }
 
 // Fraction of the datasheet peak a matmul of this shape reaches:
-//   efficiency = clock x pad(m) pad(n) pad(k) x wave
+//   efficiency = clock x flops / padded work x wave fill   (devices/matmul_tiles.h)
 //  clock = sustained / peak clock (ChipSpec::clock_ratio): power-limited parts cannot hold
 //  the clock their peak is quoted at under dense matmul load.
-//  pad(d) = d / (ceil(d / T) T): the matrix unit works on T x T output tiles (TPU MXU 128 or
-//  256, Trainium tensor engine 128, GPU CTA tile 128) stepping K by T_k (T on a systolic
-//  array, 64 on GPUs); a partial tile costs a full one. On 256-wide MXUs a head_dim of 128
-//  fills half the array, which is real.
-//  wave = tiles / (ceil(tiles / U) U): output tiles are spread over U engines (SMs / MXUs /
+//  flops / padded work = pad(m) pad(n) pad(k) with pad(d) = d / (ceil(d / T) T): the matrix
+//  unit works on T x T output tiles stepping K by T_k, and a partial tile costs a full one. On
+//  256-wide MXUs a head_dim of 128 fills half the array, which is real. On the CPU it also
+//  carries each tile's K-loop overhead, k / (k + k0).
+//  wave fill = tiles / (ceil(tiles / U) U): output tiles are spread over U engines (SMs / MXUs /
 //  NeuronCores); the last wave runs partly empty. Fewer tiles than engines: K is split.
 double ComputeModel::matmul_efficiency(const MatmulShape& s) const {
-  const int64_t t = std::max<int64_t>(1, chip_.matmul_tile);
-  const int64_t tk = chip_.matmul_tile_k > 0 ? chip_.matmul_tile_k : t;
-  double e = chip_.clock_ratio() * pad(s.m, t) * pad(s.n, t) * pad(s.k, tk);
-  const int64_t units = std::max<int64_t>(1, chip_.matmul_units);
-  int64_t tiles = std::max<int64_t>(1, s.batch) * ((s.m + t - 1) / t) * ((s.n + t - 1) / t);
-  // Too few output tiles to fill the engines: libraries split K (split-K / stream-K), up to
-  // one T_k-deep slice of K per engine.
-  if (tiles < units) tiles *= std::max<int64_t>(1, std::min(units / tiles, (s.k + tk - 1) / tk));
-  const int64_t waves = (tiles + units - 1) / units;
-  e *= static_cast<double>(tiles) / static_cast<double>(waves * units);
-  // CPU BLAS: each output tile's accumulators are loaded and stored (and its panels packed)
-  // once per product, a fixed cost worth k0 steps of the K loop: k / (k + k0). k0 comes from
-  // the calibration's measured rate at K = 16 (ChipSpec::matmul_k_overhead); 0 elsewhere.
-  if (chip_.matmul_k_overhead > 0 && s.k > 0)
-    e *= static_cast<double>(s.k) / (static_cast<double>(s.k) + chip_.matmul_k_overhead);
-  return e;
+  // A zero-sized dimension is no work: the clock share, as for an empty grouped GEMM.
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return chip_.clock_ratio();
+  const TileGrid grid = tile_grid(chip_);
+  const ProductTiles p = product_tiles({std::max<int64_t>(1, s.batch), s.m, s.n, s.k}, grid);
+  return chip_.clock_ratio() * p.flops / p.padded * wave_fill(p.tiles, p.k_steps, grid.units);
 }
 
 double ComputeModel::attention_flops(const AttentionShape& s) const {
