@@ -219,16 +219,17 @@ int64_t Placement::group_size(const std::string& name) const {
 
 std::string Placement::describe() const {
   std::ostringstream os;
+  const char* sep = "";
   for (size_t i = mesh.size(); i-- > 0;) {
     if (mesh[i].degree == 1) continue;
-    os << mesh[i].name << "=" << mesh[i].degree << " ->";
+    os << sep << mesh[i].name << "=" << mesh[i].degree << " ->";
+    sep = "; ";
     for (const AxisSegment& s : segments[i]) {
       const PhysicalAxis& a = topology.axes[s.axis];
       os << " " << a.name << "[" << s.count;
       if (s.stride > 1) os << " stride " << s.stride;
       os << (a.switched ? " switch" : s.ring ? " ring" : " line") << "]";
     }
-    os << "; ";
   }
   return os.str();
 }

@@ -43,7 +43,7 @@ struct Placement {
   std::vector<AxisSegment> pipeline_ends() const;  // the "pp_ends" pair
   std::vector<AxisSegment> split_group(const std::string& base, int64_t n, bool inner, const std::string& name) const;
   int64_t group_size(const std::string& name) const;
-  std::string describe() const;  // e.g. "tp=4 -> x[4 line]; dp_shard=2048 -> x[4/4 torus] y..."
+  std::string describe() const;  // e.g. "tp=4 -> x[4 line]; dp_shard=2048 -> x[4 stride 4 ring] y[16 ring] ..."
 };
 
 // Lays mesh dims on axes innermost first: the last mesh dim (TP) takes the innermost axis,

@@ -34,6 +34,8 @@ TEST(Placement, TpInnermostSplitsTheFirstAxis) {
   EXPECT_EQ(p.group_size("dp_shard"), 2048);
   EXPECT_EQ(p.group_size("world"), 8192);
   EXPECT_EQ(p.group_size("pp"), 1);
+  // Innermost dim first, "; " between dims and none after the last.
+  EXPECT_EQ(p.describe(), "tp=4 -> x[4 line]; dp_shard=2048 -> x[4 stride 4 ring] y[16 ring] z[32 ring]");
   // Flattened groups merge adjacent pieces of an axis: dp_shard x tp spans the whole x ring.
   auto all = p.group("dp_shard+tp");
   EXPECT_EQ(all[0].count, 16);
