@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checkpoint_resume import LAYOUT_TOL, MPI_FLAGS, STOP_AT_10, ckpt, compare  # noqa: E402
+from checkpoint_runs import LAYOUT_TOL, MPI_FLAGS, STOP_AT_10, ckpt, compare  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
