@@ -35,7 +35,8 @@ struct ModelSection : ModelShape {
   double moe_aux_loss_coeff = -1;    // -1: the flavor's
   double moe_bias_update_coeff = 0;  // TorchTitan's aux-loss-free balancing (0: off)
   double moe_capacity_factor = 0;    // 0: dropless
-  bool moe_grouped_mm = true;        // one grouped matmul per expert projection (else a loop)
+  // One grouped matmul per expert projection (else a loop); its default is ModelArgs's.
+  bool moe_grouped_mm = ModelArgs().moe_grouped_mm;
 };
 
 struct OptimizerSection {
