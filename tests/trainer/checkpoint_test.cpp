@@ -1,7 +1,7 @@
-// Checkpoints in one process: save/load round trip, h5py reads what titan wrote, damaged
-// checkpoints (truncated, flipped bytes, missing shard, no marker, another model) are skipped
-// or refused without a crash, keep_latest_k, async equals sync, Hugging Face export/import and
-// the PyTorch reference's loss on the exported weights. Multi-process resume tests live in
+// Checkpoints in one process: save/load round trip with exact continuation, the reader
+// resharding across TP boxes and FSDP ranges, h5py reads what titan wrote, keep_latest_k with
+// a final model-only export, async equals sync. Damaged steps: checkpoint_damaged_step_test.cpp;
+// Hugging Face export/import: checkpoint_hf_test.cpp. Multi-process resume tests live in
 // checkpoint_resume.py (mpi_tests.cmake).
 #include <gtest/gtest.h>
 
@@ -9,38 +9,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "trainer/checkpoint/checkpoint.h"
-#include "trainer/checkpoint/checkpoint_hdf5.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/config/config_loader.h"
-#include "trainer/checkpoint/hf_interop.h"
-#include "trainer/step/trainer.h"
 #include "tests/error_of.h"
+#include "tests/trainer/checkpoint_job.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/checkpoint/hf_interop.h"
+#include "trainer/checkpoint/step_folders.h"
+#include "trainer/step/trainer.h"
 
 namespace titan {
 namespace {
 namespace fs = std::filesystem;
-
-std::string tmp_dir(const std::string& tag) {
-  const fs::path d = fs::temp_directory_path() / ("titan_ckpt_test_" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
-
-JobConfig tiny(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/debug_model.toml",
-                                   "--job.dump_folder", dir, "--training.seq_len", "32",
-                                   "--training.local_batch_size", "4", "--training.steps", "20",
-                                   "--metrics.peak_flops", "1e11", "--checkpoint.enable", "true",
-                                   "--checkpoint.folder", dir + "/ckpt", "--checkpoint.interval", "1000",
-                                   "--checkpoint.last_save_model_only", "false"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return load_job_config(args);
-}
 
 void expect_same_state(Trainer& a, Trainer& b) {
   auto& pa = a.optimizer().params();
@@ -161,98 +142,6 @@ TEST(Checkpoint, H5pyReadsTheTrainersValue) {
   EXPECT_TRUE(torch::equal(got, expected));
 }
 
-// Saves steps 2 and 4; returns the directory of step 4.
-std::string two_checkpoints(const std::string& dir) {
-  JobConfig cfg = tiny(dir);
-  Trainer t(cfg);
-  Checkpointer c(t);
-  t.train_step(), t.train_step();
-  c.save(2, false);
-  t.train_step(), t.train_step();
-  c.save(4, false);
-  return dir + "/ckpt/step-4";
-}
-
-// A fresh job resumes from step 2 (skipping the damaged step 4) and refuses load_step 4.
-void expect_skip_and_refuse(const std::string& dir, const std::string& what) {
-  {
-    Trainer t(tiny(dir));
-    Checkpointer c(t);
-    EXPECT_EQ(c.load_at_start(), 2) << what;
-  }
-  Trainer t(tiny(dir, {"--checkpoint.load_step", "4"}));
-  Checkpointer c(t);
-  try {
-    c.load_at_start();
-    ADD_FAILURE() << what << ": load_step 4 should have failed";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
-    EXPECT_NE(std::string(e.what()).find("step-4"), std::string::npos) << e.what();
-    std::printf("%s -> %s\n", what.c_str(), e.what());
-  }
-  EXPECT_EQ(t.step(), 0) << what << ": a failed load must leave the state untouched";
-}
-
-TEST(Checkpoint, FlippedBytesAreDetected) {
-  const std::string dir = tmp_dir("flip");
-  const std::string step4 = two_checkpoints(dir);
-  const std::string file = step4 + "/rank-00000.h5";
-  haddr_t offset;
-  {
-    h5::Handle f = h5::open_file_readonly(file);
-    h5::Handle g = h5::open_group(f.get(), "optimizer/exp_avg_sq");
-    h5::Handle ds = h5::open_dataset(g.get(), "layers.2.feed_forward.w2.weight");
-    offset = H5Dget_offset(ds.get());
-    ASSERT_NE(offset, HADDR_UNDEF);
-  }
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset + 1000);
-  char b[4];
-  f.read(b, 4);
-  for (char& x : b) x = static_cast<char>(~x);
-  f.seekp(offset + 1000);
-  f.write(b, 4);
-  f.close();
-  expect_skip_and_refuse(dir, "flipped bytes");
-}
-
-TEST(Checkpoint, TruncatedFileIsDetected) {
-  const std::string dir = tmp_dir("trunc");
-  const std::string step4 = two_checkpoints(dir);
-  const std::string file = step4 + "/rank-00000.h5";
-  fs::resize_file(file, fs::file_size(file) / 2);
-  expect_skip_and_refuse(dir, "truncated file");
-}
-
-TEST(Checkpoint, MissingShardAndMissingMarkerAreDetected) {
-  const std::string dir = tmp_dir("missing");
-  const std::string step4 = two_checkpoints(dir);
-  fs::remove(step4 + "/rank-00000.h5");
-  expect_skip_and_refuse(dir, "missing shard");
-  fs::remove_all(step4);
-  const std::string step2 = dir + "/ckpt/step-2";
-  fs::rename(step2 + "/COMPLETE", step2 + "/COMPLETE.off");
-  Trainer t(tiny(dir));
-  Checkpointer c(t);
-  EXPECT_EQ(c.load_at_start(), 0) << "a step without COMPLETE must not be loaded";
-}
-
-TEST(Checkpoint, AnotherModelIsAConfigError) {
-  const std::string dir = tmp_dir("other_model");
-  two_checkpoints(dir);
-  Trainer t(tiny(dir, {"--model.n_layers", "3"}));
-  Checkpointer c(t);
-  try {
-    c.load_at_start();
-    ADD_FAILURE() << "a checkpoint of another model must not load";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("another model: n_layers: saved 4, this job 3"), std::string::npos)
-        << e.what();
-    EXPECT_EQ(std::string(e.what()).find("dim: saved"), std::string::npos) << "only the dims that differ: " << e.what();
-  }
-}
-
 TEST(Checkpoint, KeepLatestKPrunesAndLastSaveIsModelOnlyExport) {
   const std::string dir = tmp_dir("prune");
   JobConfig cfg = tiny(dir, {"--checkpoint.interval", "1", "--checkpoint.keep_latest_k", "2",
@@ -324,107 +213,6 @@ TEST(Checkpoint, AsyncSaveWritesTheStateOfItsStep) {
     }
     EXPECT_EQ(ra.meta().state.at("data_consumed_sequences"), rs.meta().state.at("data_consumed_sequences"));
   }
-}
-
-TEST(Checkpoint, HuggingFaceExportImportRoundTripIsExact) {
-  const std::string dir = tmp_dir("hf");
-  Trainer t(tiny(dir));
-  t.train_step(), t.train_step();
-  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
-  auto hf = load_safetensors(dir + "/model.safetensors");
-  for (const char* n : {"model.embed_tokens.weight", "model.layers.3.self_attn.k_norm.weight",
-                        "model.layers.0.mlp.gate_proj.weight", "model.layers.0.post_attention_layernorm.weight",
-                        "model.norm.weight", "lm_head.weight"})
-    EXPECT_TRUE(hf.count(n)) << n;
-  EXPECT_EQ(hf.size(), t.optimizer().params().size());
-  Trainer u(tiny(tmp_dir("hf_load"), {"--checkpoint.initial_load_path", dir}));
-  Checkpointer c(u);
-  c.load_at_start();
-  for (size_t i = 0; i < t.optimizer().params().size(); ++i)
-    EXPECT_TRUE(torch::equal(t.optimizer().params()[i].param, u.optimizer().params()[i].param));
-  // Tied embeddings: no lm_head in the export, and it imports back.
-  ModelArgs tied = t.model_args();
-  tied.tie_embeddings = true;
-  TensorMap titan_t;
-  Transformer m(tied, 8, torch::TensorOptions());
-  m->init_weights(3);
-  for (auto& p : m->named_parameters()) titan_t[p.key()] = p.value().detach();
-  auto hf_t = to_hf(titan_t, torch::kFloat32);
-  EXPECT_FALSE(hf_t.count("lm_head.weight"));
-  auto back = from_hf(hf_t, tied);
-  for (auto& [k, v] : titan_t) EXPECT_TRUE(torch::equal(back.at(k), v)) << k;
-}
-
-// A non-gated MLP (model.mlp_activation = gelu) exports w1 / w2 as up_proj / down_proj with no
-// gate_proj, imports back exactly under the same activation, and neither kind of MLP takes the
-// other's export or titan checkpoint.
-TEST(Checkpoint, NonGatedMlpExportsUpAndDownProjections) {
-  const std::string dir = tmp_dir("hf_gelu");
-  const std::vector<std::string> gelu = {"--model.mlp_activation", "gelu"};
-  Trainer t(tiny(dir, gelu));
-  t.train_step();
-  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
-  auto hf = load_safetensors(dir + "/model.safetensors");
-  EXPECT_TRUE(hf.count("model.layers.0.mlp.up_proj.weight"));
-  EXPECT_TRUE(hf.count("model.layers.0.mlp.down_proj.weight"));
-  EXPECT_FALSE(hf.count("model.layers.0.mlp.gate_proj.weight"));
-  EXPECT_EQ(hf.size(), t.optimizer().params().size());
-  EXPECT_TRUE(torch::equal(hf.at("model.layers.1.mlp.up_proj.weight"),
-                           t.model()->layers[1]->feed_forward->w1->weight.detach()));
-  nlohmann::json config;
-  std::ifstream(dir + "/config.json") >> config;
-  EXPECT_EQ(config["hidden_act"], "gelu_pytorch_tanh");
-  EXPECT_EQ(config["mlp_gated"], false);
-
-  std::vector<std::string> load = gelu;
-  load.insert(load.end(), {"--checkpoint.initial_load_path", dir});
-  Trainer u(tiny(tmp_dir("hf_gelu_load"), load));
-  Checkpointer(u).load_at_start();
-  for (size_t i = 0; i < t.optimizer().params().size(); ++i)
-    EXPECT_TRUE(torch::equal(t.optimizer().params()[i].param, u.optimizer().params()[i].param));
-
-  Trainer s(tiny(tmp_dir("hf_gelu_into_swiglu"), {"--checkpoint.initial_load_path", dir}));
-  EXPECT_NE(error_of([&] { Checkpointer(s).load_at_start(); }, ErrorKind::kConfig)
-                .find("mlp.gate_proj.weight is missing (a non-gated MLP's checkpoint? model.mlp_activation is swiglu)"),
-            std::string::npos);
-  // A SwiGLU export's up_proj has w1's shape: its gate_proj is what refuses it.
-  TensorMap swiglu_t;
-  for (auto& p : s.model()->named_parameters()) swiglu_t[p.key()] = p.value().detach();
-  EXPECT_NE(error_of([&] { from_hf(to_hf(swiglu_t, torch::kFloat32), t.model_args()); }, ErrorKind::kConfig)
-                .find("is the gate of a gated (SwiGLU) MLP, but model.mlp_activation = gelu is non-gated"),
-            std::string::npos);
-
-  Checkpointer(t).save(1, false);
-  Trainer w(tiny(dir));
-  EXPECT_NE(error_of([&] { Checkpointer(w).load_at_start(); }, ErrorKind::kConfig)
-                .find("another model: mlp_activation: saved \"gelu\", this job \"swiglu\""),
-            std::string::npos);
-}
-
-TEST(Checkpoint, PyTorchReferenceComputesTheSameLossOnExportedWeights) {
-  const std::string dir = tmp_dir("hf_ref");
-  Trainer t(tiny(dir));
-  for (int i = 0; i < 3; ++i) t.train_step();
-  export_hf(t, dir + "/model.safetensors", torch::kFloat32);
-  torch::manual_seed(1);
-  const ModelArgs& a = t.model_args();
-  auto inputs = torch::randint(0, a.vocab_size, {2, 32}, torch::kInt64);
-  auto labels = torch::randint(0, a.vocab_size, {2, 32}, torch::kInt64);
-  double titan_loss;
-  {
-    torch::NoGradGuard ng;
-    titan_loss = cross_entropy_sum(t.model()->forward(inputs), labels, 64.0).item<double>();
-  }
-  nlohmann::json cfg = {{"n_layers", a.n_layers}, {"head_dim", a.head_dim}, {"norm_eps", a.norm_eps},
-                        {"rope_theta", a.rope_theta}, {"qk_norm", a.qk_norm}};
-  save_safetensors(dir + "/batch.safetensors", {{"inputs", inputs}, {"labels", labels}}, {{"config", cfg.dump()}});
-  const std::string cmd = "/usr/bin/python3 " + std::string(TITAN_SOURCE_DIR) + "/tests/reference/hf_loss.py " +
-                          dir + "/model.safetensors " + dir + "/batch.safetensors " + dir + "/loss.txt";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  double ref = 0;
-  std::ifstream(dir + "/loss.txt") >> ref;
-  std::printf("titan loss %.10f, PyTorch reference on exported HF weights %.10f\n", titan_loss, ref);
-  EXPECT_NEAR(titan_loss, ref, 1e-5 * std::abs(ref));
 }
 
 }  // namespace
