@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
@@ -111,9 +112,6 @@ TEST(Simulate, ActivationCheckpointRecomputesAttention) {
   EXPECT_EQ(full.op_counts["titan::attention_backward"], 4);
 }
 
-// What torch.compile per block leaves eager (OpDesc::outside_blocks): the blocks' matmuls and
-// attention forward, recompute and backward are inside; the output head, the loss, FSDP's
-// casts and the optimizer step are outside.
 // A recording builds the trainer on the meta device, which computes nothing: it must leave
 // the process's intra-op thread count as it found it. It once set training.threads (or the
 // hardware threads) for good, so that a later CPU test in the same process summed in another
@@ -131,6 +129,32 @@ TEST(Simulate, RecordingLeavesTheThreadCountAlone) {
   EXPECT_EQ(at::get_num_threads(), before) << "training.threads " << other << " leaked out of the recording";
 }
 
+// Likewise torch's global RNG and its deterministic-algorithms flag: a recording with
+// training.seed and training.deterministic set once reseeded the default CPU generator and
+// turned the flag on for the rest of the process.
+TEST(Simulate, RecordingLeavesTheSeedAndDeterministicFlagAlone) {
+  at::Context& ctx = at::globalContext();
+  const bool flag_before = ctx.deterministicAlgorithms();
+  const bool warn_before = ctx.deterministicAlgorithmsWarnOnly();
+  struct Restore {
+    bool flag, warn;
+    ~Restore() { at::globalContext().setDeterministicAlgorithms(flag, warn); }
+  } restore{flag_before, warn_before};
+  ctx.setDeterministicAlgorithms(false, false);
+  torch::manual_seed(4242);
+  torch::rand({3});  // a generator part-way through its stream, not just freshly seeded
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const uint64_t seed_before = gen.current_seed();
+  const torch::Tensor state_before = gen.get_state();
+  record_step(sim_config({"--training.seed", "7", "--training.deterministic", "true", "--training.threads", "1"}));
+  EXPECT_FALSE(ctx.deterministicAlgorithms()) << "training.deterministic leaked out of the recording";
+  EXPECT_EQ(gen.current_seed(), seed_before) << "training.seed leaked out of the recording";
+  EXPECT_TRUE(torch::equal(gen.get_state(), state_before)) << "the recording moved torch's default CPU generator";
+}
+
+// What torch.compile per block leaves eager (OpDesc::outside_blocks): the blocks' matmuls and
+// attention forward, recompute and backward are inside; the output head, the loss, FSDP's
+// casts and the optimizer step are outside.
 TEST(Simulate, BlocksAreToldFromTheRestOfTheStep) {
   for (const char* ac : {"none", "full"}) {
     RecordedStep rec = record_step(sim_config({"--activation_checkpoint.mode", ac}));

@@ -118,9 +118,15 @@ Trainer::Trainer(const JobConfig& cfg, std::shared_ptr<World> world, bool on_met
   // every later CPU op in the process (tests/trainer/simulate_test.cpp).
   if (const int threads = choose_threads(cfg_); !on_meta_ && at::get_num_threads() != threads)
     torch::set_num_threads(threads);
-  if (!on_meta_) keep_freed_memory_in_process();
-  if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
-  torch::manual_seed(cfg_.training.seed);
+  // The seed and the deterministic-algorithms flag are process-wide too, and a recording
+  // neither draws random numbers (no weights are initialised on meta) nor computes: it leaves
+  // them as it found them, so that simulating between CPU runs in one process (tests, studies)
+  // does not reseed or slow the next (tests/trainer/simulate_test.cpp).
+  if (!on_meta_) {
+    keep_freed_memory_in_process();
+    if (cfg_.training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+    torch::manual_seed(cfg_.training.seed);
+  }
   if (!world_) world_ = init_distributed(comm_options(cfg_));
   dims_ = parallel_dims(cfg_, world_->size());
   check_context_parallel(cfg_.training.seq_len, dims_.cp);
