@@ -26,8 +26,10 @@ const char* replay_basis_name(int b);
 
 class Replay {
  public:
-  Replay(const Placement& p, const ChipSpec& chip, const SimulationOptions& o)
-      : placement_(p), model_(chip, o.execution), options_(o) {
+  // time_only: only the step time is asked for (step_time()): tasks carry no categories and
+  // kernels are not counted by op, so report() is not to be called.
+  Replay(const Placement& p, const ChipSpec& chip, const SimulationOptions& o, bool time_only = false)
+      : placement_(p), model_(chip, o.execution), options_(o), time_only_(time_only) {
     compute_ = timeline_.add_stream("compute", false);
     host_ = timeline_.add_stream("host", StreamKind::kHost);
     sep_launch_ = o.separate_launch_s >= 0 ? o.separate_launch_s : separate_launch_s(chip);
@@ -36,6 +38,7 @@ class Replay {
   void run(const Trace& trace);
 
   StepReport report() const;
+  double step_time() const { return timeline_.makespan(); }
 
  private:
   int comm_stream(const std::string& name);
@@ -105,6 +108,7 @@ class Replay {
   const Placement& placement_;
   ComputeModel model_;
   SimulationOptions options_;
+  bool time_only_ = false;
   double sep_launch_ = 0;
   Timeline timeline_;
   int compute_ = 0, host_ = 0;

@@ -207,7 +207,7 @@ int64_t Replay::add_compute(const Kernel& k, double share, bool launch, int basi
   t.stream = compute_;
   t.duration_s = (launch ? k.launch_s : 0.0) + k.exec_s * share;
   t.overhead_s = launch ? k.launch_s : 0.0;
-  t.category = k.category;
+  if (!time_only_) t.category = k.category;
   t.rate_under_comm = model_.rate_under_comm(k);
   t.basis = basis;
   t.overhead_basis = kLaunchGaps;
@@ -218,6 +218,7 @@ int64_t Replay::add_compute(const Kernel& k, double share, bool launch, int basi
 }
 
 void Replay::count_kernel(const Kernel& k) {
+  if (time_only_) return;
   if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[*k.lead] += k.exec_s;
   flops_ += k.flops;
   ++kernels_;
@@ -289,8 +290,10 @@ TimelineTask Replay::collective_task(const CollectiveDesc& c, const std::vector<
   for (const AxisSegment& seg : segments)
     if (seg.count > 1) t.links.push_back(seg.axis);
   t.overhead_s = launch;
-  t.overhead_category = "collective launch";
-  t.category = std::string(collective_name(c.kind)) + " " + c.group;
+  if (!time_only_) {
+    t.overhead_category = "collective launch";
+    t.category = std::string(collective_name(c.kind)) + " " + c.group;
+  }
   t.basis = cost.latency_s + whole_launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
   return t;
 }
@@ -306,6 +309,13 @@ StepReport simulate_step(const Trace& trace, const Placement& placement, const C
   detail::Replay r(placement, chip, options);
   r.run(trace);
   return r.report();
+}
+
+double simulate_step_time(const Trace& trace, const Placement& placement, const ChipSpec& chip,
+                          const SimulationOptions& options) {
+  detail::Replay r(placement, chip, options, /*time_only=*/true);
+  r.run(trace);
+  return r.step_time();
 }
 
 }  // namespace titan::devices

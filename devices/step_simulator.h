@@ -150,5 +150,9 @@ const char* exposed_comm_basis_name(bool latency_bound);
 // stream per collective mode. O(trace length); chip count only enters through closed forms.
 StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                          const SimulationOptions& options);
+// simulate_step(...).step_time_s alone, without the report's breakdowns (a pipeline's other
+// ranks: the schedule needs only their segments' times).
+double simulate_step_time(const Trace& trace, const Placement& placement, const ChipSpec& chip,
+                          const SimulationOptions& options);
 
 }  // namespace titan::devices

@@ -228,6 +228,14 @@ void Timeline::run() const {
   dirty_ = false;
 }
 
+double Timeline::makespan() const {
+  if (dirty_) run();
+  double m = 0;
+  for (size_t i = 0; i < tasks_.size(); ++i)
+    if (streams_[static_cast<size_t>(tasks_[i].stream)].kind != StreamKind::kHost) m = std::max(m, timings_[i].end_s);
+  return m;
+}
+
 TimelineSummary Timeline::summarize() const {
   if (dirty_) run();
   TimelineSummary r;

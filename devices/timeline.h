@@ -85,6 +85,7 @@ class Timeline {
   const TaskTiming& timing(int64_t id) const;
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   TimelineSummary summarize() const;  // O(n log n) in the number of tasks
+  double makespan() const;  // summarize().makespan_s alone: the last device task's end
   std::vector<TimelineEvent> events() const;  // every task, in the order added
 
  private:

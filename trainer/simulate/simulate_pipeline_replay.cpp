@@ -33,6 +33,8 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
           d = cost.total_s() + launch;
           if (r == 0) c.rank0_latency_bound.back() = cost.latency_s + launch > cost.bandwidth_s;
         }
+      } else if (r > 0) {
+        d = devices::simulate_step_time(seg.trace, placement, chip, options);  // only its time counts
       } else {
         devices::SimulationOptions o = options;
         o.keep_events = options.keep_events || r == 0;  // the first rank's: exposed time by kind
