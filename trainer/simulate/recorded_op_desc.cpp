@@ -1,6 +1,5 @@
 #include "trainer/simulate/recorded_op_desc.h"
 
-#include "trainer/simulate/recorded_op_kinds.h"
 #include "trainer/simulate/storage_ids.h"
 
 namespace titan {
@@ -31,20 +30,13 @@ void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
     for (const at::Tensor& t : v.toTensorList().vec()) one(t);
 }
 
-namespace {
-
-std::vector<int64_t> sizes_of(const c10::IValue& v) {
-  return v.isTensor() ? v.toTensor().sizes().vec() : std::vector<int64_t>{};
-}
-
-}  // namespace
-
-OpDesc describe_call(const std::string& name, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes) {
+OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes) {
+  const std::string& name = op.name;
   OpDesc d;
-  d.name = name;
   *first_bytes = in.empty() ? 0 : ivalue_bytes(in[0]);
   auto mm_at = [&](size_t a, size_t b) {
-    auto sa = sizes_of(in[a]), sb = sizes_of(in[b]);
+    if (!in[a].isTensor() || !in[b].isTensor()) return false;
+    const at::IntArrayRef sa = in[a].toTensor().sizes(), sb = in[b].toTensor().sizes();
     devices::MatmulShape s;
     if (sa.size() == 3 && sb.size() == 3) {
       s = {sa[0], sa[1], sb[2], sa[2]};
@@ -56,15 +48,19 @@ OpDesc describe_call(const std::string& name, c10::ArrayRef<const c10::IValue> i
     d = devices::matmul_op(name, s, static_cast<int64_t>(in[a].toTensor().element_size()));
     return true;
   };
-  auto with_reads = [&](OpDesc op, size_t from) {
-    for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &op.reads);
-    return op;
+  auto add_reads = [&](size_t from) {
+    for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &d.reads);
   };
-  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1))
-    return with_reads(d, 0);
-  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2))
-    return with_reads(d, 0);
-  if (view_ops().count(name)) {
+  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1)) {
+    add_reads(0);
+    return d;
+  }
+  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2)) {
+    add_reads(0);
+    return d;
+  }
+  d.name = name;
+  if (op.view) {
     d.kind = OpKind::kView;
     return d;
   }
@@ -74,13 +70,12 @@ OpDesc describe_call(const std::string& name, c10::ArrayRef<const c10::IValue> i
     const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
     d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
     d.bytes_read = ivalue_bytes(in[1]);
-    return with_reads(d, 1);
+    add_reads(1);
+    return d;
   }
-  if (!writes_only(name)) d = with_reads(d, 0);
-  if (writes_only(name)) read = 0;
-  d.kind = reduction_ops().count(name)    ? OpKind::kReduction
-           : movement_ops().count(name) ? OpKind::kOther
-                                        : OpKind::kElementwise;
+  if (op.writes_only) read = 0;
+  else add_reads(0);
+  d.kind = op.reduction ? OpKind::kReduction : op.movement ? OpKind::kOther : OpKind::kElementwise;
   d.bytes_read = read;
   return d;
 }

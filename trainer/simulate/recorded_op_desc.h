@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "devices/compute_cost.h"
+#include "trainer/simulate/recorded_op_names.h"
 
 namespace titan {
 
@@ -19,9 +20,10 @@ int64_t tensor_bytes(const at::Tensor& t);
 int64_t ivalue_bytes(const c10::IValue& v);
 // Appends a use (storage id, bytes) per tensor in v that has storage.
 void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out);
-// The op `name` as far as its inputs tell (bytes_written is the caller's, from the outputs);
-// *first_bytes: the bytes of its first input (what an in-place op writes).
-devices::OpDesc describe_call(const std::string& name, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes);
+// The op `op` (its name's kinds: recorded_op_names.h) as far as its inputs tell (bytes_written
+// is the caller's, from the outputs); *first_bytes: the bytes of its first input (what an
+// in-place op writes).
+devices::OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes);
 // A non-in-place, non-out= call all of whose outputs alias an input did no work.
 bool returns_an_input(const at::RecordFunction& fn);
 

@@ -24,6 +24,7 @@
 #include "trainer/simulate/late_writes.h"
 #include "trainer/simulate/recorded_op_desc.h"
 #include "trainer/simulate/recorded_op_kinds.h"
+#include "trainer/simulate/recorded_op_names.h"
 #include "trainer/simulate/storage_ids.h"
 #include "trainer/simulate/trace_recorder.h"
 
@@ -64,6 +65,7 @@ struct Frame : public at::ObserverContext {
   // A backward node that runs its scope's kernel: kernel_backward is emitted when it returns,
   // with the gradients its stand-in made (kFusedKernelGradsScope) as the ops' writes.
   bool emits_backward = false;
+  const RecordedOpName* kinds = nullptr;  // what its name says (recorded_op_names.h)
   OpDesc op;
   int64_t first_input_bytes = 0;
   std::vector<devices::TensorUse> first_input;  // what an in-place op writes
@@ -78,33 +80,34 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   auto f = std::make_unique<Frame>();
   f->parent = top;
   f->serial = ++frames_entered;
-  const std::string name = fn.name();
-  const bool query = query_op(name);
-  f->is_view = view_ops().count(name) > 0;
+  const RecordedOpName& kinds = recorded_op_name(fn.name());
+  f->kinds = &kinds;
+  const std::string& name = kinds.name;
+  f->is_view = kinds.view;
   if (top) {
     // A view made of views (reshape -> view) is recorded once, as its innermost call.
-    if (counts_as_child(name) || top->is_view) top->has_child = true;
+    if (kinds.child || top->is_view) top->has_child = true;
     f->suppressed = top->suppressed || top->suppress_children;
     f->kept = top->kept;
     f->in_block = top->in_block;
   }
   const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   if (!node) block_membership::engine_op_after_node(top ? top->serial : 0, &f->in_block);
-  if (name == kBlockScope) {
+  if (kinds.block_scope) {
     f->in_block = f->block = true;
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
   } else if (node && fn.seqNr() >= 0 && !f->in_block) {
     f->in_block = block_membership::node_made_in_block(fn.forwardThreadId(), fn.seqNr());
   }
-  f->kept = f->kept || name == kKeptOutputScope;
+  f->kept = f->kept || kinds.kept_output_scope;
   // A reused op that opens no kernel scope of its own (a zero-bubble pipeline's
   // deferred_linear) hands its inputs to the kept-output scope: the same touch as a reused
   // kernel's below, where the fused kernels' scopes are kept, since only then can those inputs
   // come from a scope that records no outputs (elsewhere the ops that made them wrote them).
-  if (name == kKeptOutputScope && fuse_kernel_scopes && !f->suppressed)
+  if (kinds.kept_output_scope && fuse_kernel_scopes && !f->suppressed)
     for (const auto& v : fn.inputs()) add_uses(v, &f->kept_inputs);
-  if (name == kRingAttentionBlockScope && fuse_attention_scope) {
+  if (kinds.ring_attention_block_scope && fuse_attention_scope) {
     // One block of ring attention (context parallel), in forward or in backward: one flash
     // kernel of the block's shape, causal on the diagonal, full elsewhere.
     auto in = fn.inputs();
@@ -120,7 +123,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     for (size_t i = 0; i < 3; ++i) add_uses(in[i], &f->kernel_forward[0].reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
-  } else if (name == kAttentionScope && fuse_attention_scope) {
+  } else if (kinds.attention_scope && fuse_attention_scope) {
     auto in = fn.inputs();
     TITAN_CHECK(in.size() >= 2 && in[0].isTensor() && in[1].isTensor(), kAttentionScope,
                 ": expected q and k as the scope's inputs");
@@ -139,7 +142,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     for (const auto& v : in) add_uses(v, &f->kernel_forward[0].reads), add_uses(v, &f->kernel_backward[0].reads);
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
-  } else if (name == kGroupedMatmulScope && fuse_grouped_matmul_scope && !f->suppressed) {
+  } else if (kinds.grouped_matmul_scope && fuse_grouped_matmul_scope && !f->suppressed) {
     // One grouped GEMM over the experts' products, and in backward one per gradient: the
     // inputs' (each expert's rows times its weight) and the weight's (each expert's weight
     // gradient, K = its rows; experts without rows still get theirs written, as zeros).
@@ -170,7 +173,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
     f->thread = fn.threadId();
     f->seq_lo = at::sequence_number::peek();
-  } else if ((fuse_kernel_scopes || (fuse_cross_entropy_scope && name == kFusedCrossEntropyScope)) && !f->suppressed &&
+  } else if ((fuse_kernel_scopes || (fuse_cross_entropy_scope && kinds.fused_cross_entropy_scope)) && !f->suppressed &&
              fused_kernel_ops(name, fn.inputs(), &f->kernel_forward, &f->kernel_backward)) {
     // One fused kernel forward (its inputs are what it reads); backward as the attention's.
     f->kernel = true;
@@ -206,9 +209,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
           add_uses(v, &use);
           for (const auto& u : use) active->add_late_write(unseen_grads_writer, u);
         }
-  } else if (!f->suppressed && !f->kept && !query && name.rfind("aten::", 0) == 0) {
+  } else if (!f->suppressed && !f->kept && !kinds.query && kinds.aten) {
     f->is_op = true;
-    f->op = describe_call(name, fn.inputs(), &f->first_input_bytes);
+    f->op = describe_call(kinds, fn.inputs(), &f->first_input_bytes);
     if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
   }
   top = f.get();
@@ -272,7 +275,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     unseen_grads_thread = fn.threadId();
     return;
   }
-  if (std::strcmp(fn.name(), kFusedKernelGradsScope) == 0) return add_kernel_grads(fn, f->parent);
+  if (f->kinds->fused_kernel_grads_scope) return add_kernel_grads(fn, f->parent);
   if (f->block) return block_membership::block_closed(f->thread, f->seq_lo, at::sequence_number::peek());
   if (f->kernel) {
     if (!f->kernel_forward.empty()) add_uses_of_outputs(fn, &f->kernel_forward.back().writes);
