@@ -29,9 +29,8 @@ class Writer {
     static_assert(std::is_trivially_copyable_v<T> &&
                       (std::is_floating_point_v<T> || std::has_unique_object_representations_v<T>),
                   "a struct with padding would put indeterminate bytes on the wire");
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
+    // append, not resize + memcpy: resize writes zeros first (half of encoding a step)
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
   void i64(int64_t v) { pod(v); }
   void str(const std::string& s) {
