@@ -56,7 +56,10 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
         const auto [c, i] = order[static_cast<size_t>(k)];
         points[c][i] = evaluate(bases[c], cands[c][i].overrides, cache);
       },
-      threads, "searches");
+      threads, "searches",
+      // A layout's points at every combination (chip count) on one thread, one after the
+      // other: each resizes the same probes' recordings, in place of the previous one's.
+      std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(n), static_cast<int64_t>(order.size()) / (4 * std::max(1, threads)))));
   for (size_t c = 0; c < n; ++c) {
     Point best;
     best.overrides = t.combos[c];

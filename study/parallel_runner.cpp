@@ -15,7 +15,8 @@
 namespace titan::study {
 
 RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int threads,
-                      const std::string& label) {
+                      const std::string& label, int64_t chunk) {
+  chunk = std::max<int64_t>(1, chunk);
   RunStats st;
   st.jobs = n;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -38,13 +39,19 @@ RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int th
     std::fflush(stderr);
   };
   auto worker = [&] {
-    for (int64_t i; (i = next++) < n;) {
+    for (int64_t i = 0, end = 0;; ++i) {
+      if (i == end) {
+        i = next.fetch_add(chunk);
+        if (i >= n) break;
+        end = std::min(n, i + chunk);
+      }
       try {
         job(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!failure) failure = std::current_exception();
         next = n;  // stop handing out work
+        end = i + 1;
       }
       ++done;
       if (label.empty()) continue;

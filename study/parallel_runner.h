@@ -17,7 +17,10 @@ struct RunStats {
 };
 
 // threads <= 0: every core (std::thread::hardware_concurrency). progress_label empty: quiet.
+// chunk: jobs are handed out that many consecutive ones at a time, which one thread runs in
+// order (jobs that reuse what the previous one left, such as one layout's points at every
+// chip count and their resized recordings, then find it on their own thread).
 RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int threads,
-                      const std::string& progress_label);
+                      const std::string& progress_label, int64_t chunk = 1);
 
 }  // namespace titan::study

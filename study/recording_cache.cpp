@@ -51,18 +51,25 @@ std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::t
   std::unique_ptr<Spare> spare;
   {
     std::lock_guard<std::mutex> lock(mu);
-    // The latest spare of this probe, else the one returned longest ago (its probe is the
-    // least likely to be asked for again soon).
-    auto it = std::find_if(free.rbegin(), free.rend(), [&](const auto& s) { return s->state.plan == plan; });
-    if (it != free.rend()) {
-      spare = std::move(*it);
-      free.erase(std::next(it).base());
-    } else if (!free.empty()) {
-      spare = std::move(free.front());
-      free.erase(free.begin());
+    // The latest spare of this probe; else, of those whose probe no point took lately (a
+    // point takes three or four, one per layer sample, and another thread's are likely its
+    // next point's), the one taken longest ago; else a new one.
+    const int64_t now = ++takes;
+    auto pick = std::find_if(free.rbegin(), free.rend(), [&](const auto& s) { return s->state.plan == plan; }).base();
+    if (pick != free.begin()) {
+      --pick;
+    } else {
+      pick = free.end();
+      for (auto it = free.begin(); it != free.end(); ++it)
+        if (now - (*it)->taken > kRecent && (pick == free.end() || (*it)->taken < (*pick)->taken)) pick = it;
     }
+    if (pick != free.end()) {
+      spare = std::move(*pick);
+      free.erase(pick);
+    }
+    if (!spare) spare = std::make_unique<Spare>();
+    spare->taken = now;
   }
-  if (!spare) spare = std::make_unique<Spare>();
   ResizeState* state = &spare->state;
   // Back to the spares when the last holder lets go (the spares outlive the cache if need be).
   std::shared_ptr<Spare> held(spare.release(), [self = shared_from_this()](Spare* s) {

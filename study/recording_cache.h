@@ -96,10 +96,13 @@ class RecordingCache {
   struct Spare {
     RecordedStep step;
     ResizeState state;
+    int64_t taken = 0;  // Spares::takes when it was last taken
   };
   struct Spares : std::enable_shared_from_this<Spares> {
     static constexpr size_t kKept = 32;  // a few per thread and probe: a point holds three samples
+    static constexpr int64_t kRecent = 16;  // takes: a few points' samples on every thread
     std::mutex mu;
+    int64_t takes = 0;
     std::vector<std::unique_ptr<Spare>> free;
     // One resized from `plan`'s probe if there is one; the step, and its state to update.
     std::pair<std::shared_ptr<RecordedStep>, ResizeState*> take(const std::shared_ptr<ShardPlan>& plan);
