@@ -2,8 +2,8 @@
 #include "trainer/simulate/shard_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "trainer/simulate/shard_buckets.h"
 #include "trainer/simulate/shard_sizes.h"
@@ -15,6 +15,39 @@ namespace {
 using devices::OpKind;
 using devices::TraceEvent;
 
+// A map from storage ids to values: storage ids are 1, 2, ... (devices::Trace::storages), so
+// a vector by id, with a hash map for any other; the walks below look one up per tensor use.
+class ById {
+ public:
+  static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kDense = int64_t{1} << 24;  // ids past it (none recorded) hashed
+  const int64_t* find(int64_t id) const {
+    if (id >= 0 && id < kDense) {
+      const size_t i = static_cast<size_t>(id);
+      return i < dense_.size() && dense_[i] != kNone ? &dense_[i] : nullptr;
+    }
+    auto it = other_.find(id);
+    return it == other_.end() ? nullptr : &it->second;
+  }
+  bool count(int64_t id) const { return find(id) != nullptr; }
+  // Adds id -> v if id has no value; returns its value and whether it was added.
+  std::pair<int64_t, bool> emplace(int64_t id, int64_t v) {
+    if (id < 0 || id >= kDense) {
+      auto [it, added] = other_.emplace(id, v);
+      return {it->second, added};
+    }
+    const size_t i = static_cast<size_t>(id);
+    if (i >= dense_.size()) dense_.resize(std::max(i + 1, dense_.size() * 2), kNone);
+    if (dense_[i] != kNone) return {dense_[i], false};
+    dense_[i] = v;
+    return {v, true};
+  }
+
+ private:
+  std::vector<int64_t> dense_;
+  std::unordered_map<int64_t, int64_t> other_;
+};
+
 // The sizes of one rank that follow the shard degree: shard storages found through the data
 // flow from FSDP's seeds, every use on them classified, FSDP's collectives matched to the
 // trace's issues.
@@ -23,18 +56,19 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
                bool fused, int64_t cap, ShardRewrites::Rank* out, std::string* why) {
   out->numels = notes.numels;
   out->calls = notes.calls;
-  std::unordered_map<int64_t, int64_t> numel_of = notes.seeds;  // storage id -> parameter numel
+  ById numel_of;  // storage id -> parameter numel
+  for (const auto& [id, numel] : notes.seeds) numel_of.emplace(id, numel);
   auto cls = [&](const devices::TensorUse& u, int64_t* numel, int64_t* elem) {
-    auto it = numel_of.find(u.id);
-    if (it == numel_of.end()) return SizeClass::kNone;
-    *numel = it->second;
-    return size_class(u.bytes, it->second, w, elem);
+    const int64_t* n = numel_of.find(u.id);
+    if (!n) return SizeClass::kNone;
+    *numel = *n;
+    return size_class(u.bytes, *n, w, elem);
   };
-  std::unordered_set<int64_t> written;  // storages some recorded op writes
+  ById written;  // storages some recorded op writes
   for (const devices::Trace* t : traces)
     for (const TraceEvent& ev : t->events())
       if (ev.type == TraceEvent::Type::kCompute)
-        for (const auto& u : ev.op.writes) written.insert(u.id);
+        for (const auto& u : ev.op.writes) written.emplace(u.id, 1);
   // An op reading shard-sized data writes shard-sized results of the same parameter
   // (optimizer state, casts, norms' squares); repeated until nothing new, since a storage
   // first written in place (an optimizer state) is a shard storage for the whole step.
@@ -62,9 +96,9 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
         if (propagates && numel != 0)
           for (const auto& u : op.writes) {
             if (size_class(u.bytes, numel, w, &e) == SizeClass::kNone) continue;
-            auto [it, added] = numel_of.emplace(u.id, numel);
+            auto [had, added] = numel_of.emplace(u.id, numel);
             if (added) changed = true;
-            else if (it->second != numel)
+            else if (had != numel)
               return fail(why, op.name + " writes a storage of another parameter's shard");
           }
         for (int pass = 0; pass < 2; ++pass)
@@ -76,11 +110,11 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
   // The memory walk's ranges and the storage table: the same classes by storage.
   out->live = std::make_shared<const devices::LiveRanges>(devices::live_ranges(traces, storages, resizes));
   auto sized = [&](int64_t id, int64_t bytes, uint32_t index, std::vector<ShardRewrites::Rank::Sized>* to) {
-    auto it = numel_of.find(id);
+    const int64_t* n = numel_of.find(id);
     int64_t e = 0;
-    if (it == numel_of.end()) return;
-    const SizeClass c = size_class(bytes, it->second, w, &e);
-    if (c != SizeClass::kNone) to->push_back({index, c == SizeClass::kPadded, it->second, e});
+    if (!n) return;
+    const SizeClass c = size_class(bytes, *n, w, &e);
+    if (c != SizeClass::kNone) to->push_back({index, c == SizeClass::kPadded, *n, e});
   };
   for (uint32_t i = 0; i < out->live->ranges.size(); ++i)
     sized(out->live->ranges[i].id, out->live->ranges[i].bytes, i, &out->ranges);
