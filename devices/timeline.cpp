@@ -14,7 +14,8 @@ using Intervals = std::vector<std::pair<double, double>>;
 
 // Sorted, disjoint union of intervals.
 Intervals merge(Intervals v) {
-  std::sort(v.begin(), v.end());
+  // One stream's tasks come in order: already sorted, and a sort would still cost n log n.
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   Intervals out;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;
@@ -241,7 +242,17 @@ TimelineSummary Timeline::summarize() const {
   TimelineSummary r;
   Intervals compute, comm;
   std::vector<double> busy(streams_.size(), 0.0);
-  std::map<std::string, double> cats;
+  // Busy seconds per category: a handful of names, each task's looked up from the last one
+  // found (runs of tasks share one), in a table put in name order at the end as a map would.
+  std::vector<std::pair<std::string, double>> cats;
+  size_t last_cat = 0;
+  auto cat = [&](const std::string& name) -> double& {
+    if (last_cat < cats.size() && cats[last_cat].first == name) return cats[last_cat].second;
+    for (last_cat = 0; last_cat < cats.size(); ++last_cat)
+      if (cats[last_cat].first == name) return cats[last_cat].second;
+    cats.emplace_back(name, 0.0);
+    return cats.back().second;
+  };
   std::map<int, Intervals> comm_by_basis;
   auto add_basis = [&r](int b, double s) {
     if (b < 0 || s <= 0) return;
@@ -265,13 +276,13 @@ TimelineSummary Timeline::summarize() const {
       add_basis(t.basis, t.duration_s - overhead);
       add_basis(t.slowdown_basis, elapsed - t.duration_s);
     }
-    if (overhead > 0) cats[t.overhead_category] += overhead;
-    if (t.duration_s - overhead > 0) cats[t.category] += t.duration_s - overhead;
+    if (overhead > 0) cat(t.overhead_category) += overhead;
+    if (t.duration_s - overhead > 0) cat(t.category) += t.duration_s - overhead;
     // Slower than alone: links shared with other collectives, or SMs / HBM lent to them.
-    if (elapsed > t.duration_s * (1 + 1e-9))
-      cats[st.kind == StreamKind::kCommunication ? "shared links"
-                                                 : "compute slowed by communication"] +=
-          elapsed - t.duration_s;
+    if (elapsed > t.duration_s * (1 + 1e-9)) {
+      static const std::string kShared = "shared links", kSlowed = "compute slowed by communication";
+      cat(st.kind == StreamKind::kCommunication ? kShared : kSlowed) += elapsed - t.duration_s;
+    }
   }
   compute = merge(std::move(compute));
   comm = merge(std::move(comm));
@@ -294,7 +305,8 @@ TimelineSummary Timeline::summarize() const {
     if (streams_[s].kind != StreamKind::kHost)
       r.streams.push_back({streams_[s].name, streams_[s].kind == StreamKind::kCommunication,
                            busy[s]});
-  r.categories.assign(cats.begin(), cats.end());
+  std::sort(cats.begin(), cats.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  r.categories = std::move(cats);
   std::stable_sort(r.categories.begin(), r.categories.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return r;
