@@ -13,49 +13,6 @@ double separate_launch_s(const ChipSpec& chip) {
   return chip.separate_collective_launch_s;  // [dispatch] of the chip file
 }
 
-// Links the op into the step's data flow: who wrote what it reads, and (on the writer) that
-// it was read. A view aliases its input's storage: it neither produces nor consumes data.
-void Trace::compute(const OpDesc& op) {
-  TraceEvent e;
-  e.type = TraceEvent::Type::kCompute;
-  e.op = op;
-  OpDesc& d = e.op;
-  d.index = static_cast<int64_t>(op_event_.size());
-  d.read_from.assign(d.reads.size(), -1);
-  d.last_read_by.assign(d.writes.size(), -1);
-  if (d.kind != OpKind::kView) {
-    for (size_t r = 0; r < d.reads.size(); ++r) {
-      auto it = writer_.find(d.reads[r].id);
-      if (d.reads[r].id == 0 || it == writer_.end()) continue;
-      d.read_from[r] = it->second.op;
-      events_[op_event_[static_cast<size_t>(it->second.op)]].op.last_read_by[it->second.slot] =
-          d.index;
-    }
-    for (size_t w = 0; w < d.writes.size(); ++w)
-      if (d.writes[w].id != 0) writer_[d.writes[w].id] = Writer{d.index, w};
-  }
-  op_event_.push_back(events_.size());
-  events_.push_back(std::move(e));
-}
-
-int64_t Trace::issue(const CollectiveDesc& c) {
-  TraceEvent e;
-  e.type = TraceEvent::Type::kIssue;
-  e.collective = c;
-  const int64_t work = next_work_++;
-  e.work = work;
-  events_.push_back(std::move(e));
-  return work;
-}
-
-void Trace::wait(int64_t work) {
-  TITAN_CHECK(work >= 0 && work < next_work_, "wait on unknown work ", work);
-  TraceEvent e;
-  e.type = TraceEvent::Type::kWait;
-  e.work = work;
-  events_.push_back(std::move(e));
-}
-
 double uncertain_share(const StepReport& r) {
   double s = 0;
   for (const CostItem& c : r.uncertain) s += c.seconds;

@@ -1,5 +1,5 @@
-// Trace (recorded ops and collectives of one rank's step) and simulate_step, which replays
-// it on a device's timeline; the trainer's simulated runs call this to get a step time.
+// simulate_step, which replays a Trace (devices/trace.h: recorded ops and collectives of one
+// rank's step) on a device's timeline; the trainer's simulated runs call this to get a step time.
 #pragma once
 
 #include <cstdint>
@@ -13,76 +13,13 @@
 #include "devices/compute_cost.h"
 #include "devices/placement.h"
 #include "devices/timeline.h"
+#include "devices/trace.h"
 
 namespace titan::devices {
 
 // Fused: issued asynchronously once inputs are ready, overlapped, adjacent ones coalesced.
 // Separate: each collective its own unit: waits for prior work, fixed launch, runs alone.
 using ::titan::CollectiveMode;
-
-struct CollectiveDesc {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  std::string group;          // mesh dim or flattened group name (Placement::group)
-  int64_t bytes = 0;          // nccl-tests convention, see collective_cost.h
-  std::string stream = "comm";  // communication stream it was issued on
-};
-
-// A storage the recorded ops touch (TensorUse::id), for the memory walk (devices/trace_memory.h).
-struct StorageRecord {
-  int64_t bytes = 0;           // its size when the recorder first saw it
-  bool outlives_step = false;  // still referenced when the step ended: state, not a temporary
-};
-// A storage a parallel plan resized outside any op (FSDP frees a gathered buffer after its
-// block ran and refills it before the next gather), before compute op number at_op.
-struct StorageResize {
-  int64_t at_op = 0;
-  int64_t id = 0;
-  int64_t bytes = 0;
-};
-
-struct TraceEvent {
-  enum class Type { kCompute, kIssue, kWait };
-  Type type = Type::kCompute;
-  OpDesc op;                // kCompute
-  CollectiveDesc collective;  // kIssue
-  int64_t work = -1;        // kIssue: the handle it returns; kWait: the handle waited on
-};
-
-// One representative rank's step in program order. The recorder calls compute() per aten op,
-// issue() when the sim backend receives a collective (returns its Work id) and wait() when
-// that Work is waited on (a blocking collective is issue + wait).
-class Trace {
- public:
-  void compute(const OpDesc& op);
-  int64_t issue(const CollectiveDesc& c);
-  void wait(int64_t work);
-  int64_t blocking(const CollectiveDesc& c) {
-    int64_t w = issue(c);
-    wait(w);
-    return w;
-  }
-  const std::vector<TraceEvent>& events() const { return events_; }
-  size_t size() const { return events_.size(); }
-  size_t compute_ops() const { return op_event_.size(); }
-
-  // Storages by id (index id - 1; ids are 1, 2, ... in the order the recorder saw them).
-  std::vector<StorageRecord>& storages() { return storages_; }
-  const std::vector<StorageRecord>& storages() const { return storages_; }
-  std::vector<StorageResize>& storage_resizes() { return resizes_; }
-  const std::vector<StorageResize>& storage_resizes() const { return resizes_; }
-
- private:
-  struct Writer {
-    int64_t op = -1;  // index of the op that last wrote the tensor
-    size_t slot = 0;  // which of its writes
-  };
-  std::vector<TraceEvent> events_;
-  std::vector<size_t> op_event_;  // event position of each compute op
-  std::unordered_map<int64_t, Writer> writer_;
-  int64_t next_work_ = 0;
-  std::vector<StorageRecord> storages_;
-  std::vector<StorageResize> resizes_;
-};
 
 struct SimulationOptions {
   ExecutionMode execution = ExecutionMode::kDeferAndFuse;

@@ -21,7 +21,6 @@
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/simulate/block_membership.h"
-#include "trainer/simulate/late_writes.h"
 #include "trainer/simulate/recorded_op_desc.h"
 #include "trainer/simulate/recorded_op_kinds.h"
 #include "trainer/simulate/recorded_op_names.h"
@@ -224,7 +223,7 @@ namespace {
 // `mu` held.
 void record(OpDesc op, bool in_block) {
   op.outside_blocks = !in_block;
-  active->add_compute(op);
+  active->add_compute(std::move(op));
 }
 
 // The metadata-only op a reused output leaves in place of the op it skipped, reading each of

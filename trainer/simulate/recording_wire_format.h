@@ -7,6 +7,7 @@
 // wire stops the build there.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -29,13 +30,12 @@ class Writer {
     static_assert(std::is_trivially_copyable_v<T> &&
                       (std::is_floating_point_v<T> || std::has_unique_object_representations_v<T>),
                   "a struct with padding would put indeterminate bytes on the wire");
-    // append, not resize + memcpy: resize writes zeros first (half of encoding a step)
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    std::memcpy(room(sizeof(T)), &v, sizeof(T));
   }
   void i64(int64_t v) { pod(v); }
   void str(const std::string& s) {
     i64(static_cast<int64_t>(s.size()));
-    out_.append(s);
+    if (!s.empty()) std::memcpy(room(s.size()), s.data(), s.size());
   }
   template <class T, class F>
   void list(const std::vector<T>& v, F each) {
@@ -45,10 +45,24 @@ class Writer {
   void i64s(const std::vector<int64_t>& v) {
     list(v, [&](int64_t x) { i64(x); });
   }
-  std::string take() { return std::move(out_); }
+  std::string take() {
+    out_.resize(size_);
+    size_ = 0;
+    return std::move(out_);
+  }
 
  private:
+  // n more bytes at the end, written by the caller. The buffer grows by doubling and is cut to
+  // size in take(): a step is some 10^5 small fields, and an append per field (a call, a
+  // capacity check, a length update) was most of encoding one.
+  char* room(size_t n) {
+    if (size_ + n > out_.size()) out_.resize(std::max(2 * out_.size(), size_ + n + 4096));
+    char* p = out_.data() + size_;
+    size_ += n;
+    return p;
+  }
   std::string out_;
+  size_t size_ = 0;  // bytes written; out_ beyond them is spare room
 };
 
 class Reader {

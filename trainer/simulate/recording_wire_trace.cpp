@@ -7,7 +7,7 @@ namespace titan::wire {
 // would drop it silently): each size is checked, so that such a change stops the build here.
 static_assert(
     sizeof(devices::OpDesc) == 296 && sizeof(devices::CollectiveDesc) == 80 &&
-        sizeof(devices::TraceEvent) == 392 && sizeof(devices::Trace) == 160,
+        sizeof(devices::TraceEvent) == 392 && sizeof(devices::Trace) == 184,
     "devices::Trace changed: carry the new fields in recording_wire_trace.cpp, then update these sizes");
 static_assert(sizeof(SimCollectiveEvent) == 136,
               "SimCollectiveEvent changed: carry the new fields in recording_wire_trace.cpp, then update its size");

@@ -14,7 +14,6 @@
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/simulate/block_membership.h"
-#include "trainer/simulate/late_writes.h"
 #include "trainer/simulate/recorder_state.h"
 #include "trainer/simulate/storage_ids.h"
 
@@ -47,6 +46,10 @@ int64_t recorded_issue_count() {
 
 int64_t recorded_storage_id(const at::Tensor& t) { return known_storage_id(t); }
 
+namespace {
+size_t events_hint = 0;  // events of the last trace finished (guarded by recorder_state::mu)
+}  // namespace
+
 TraceRecorder::TraceRecorder(const RecordOptions& options) {
   {
     std::lock_guard<std::mutex> lock(recorder_state::mu);
@@ -62,6 +65,9 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     block_membership::reset();
     recorder_state::unseen_grads_writer = -1;
   }
+  // As many events as the last recording had: most of a trace's growth without moving its
+  // events (some 400 bytes each) from buffer to buffer as it doubles.
+  trace_.reserve(events_hint);
   forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
   set_storage_resize_listener([this](const at::Tensor& t, int64_t nbytes) {
@@ -93,7 +99,8 @@ TraceRecorder::~TraceRecorder() {
 const devices::Trace& TraceRecorder::finish() {
   {
     std::lock_guard<std::mutex> lock(recorder_state::mu);
-    if (!late_writes_.empty()) trace_ = with_late_writes(std::move(trace_), std::move(late_writes_));
+    events_hint = trace_.size();
+    if (!late_writes_.empty()) trace_.add_writes(std::move(late_writes_));
     late_writes_.clear();
   }
   trace_.storages() = storage_table();
@@ -104,9 +111,9 @@ const devices::Trace& TraceRecorder::finish() {
 void TraceRecorder::add_late_write(int64_t op, const devices::TensorUse& use) { late_writes_.push_back({op, use}); }
 
 // Called with `recorder_state::mu` held.
-void TraceRecorder::add_compute(const devices::OpDesc& op) {
-  trace_.compute(op);
+void TraceRecorder::add_compute(devices::OpDesc&& op) {
   op_counts_[op.name]++;
+  trace_.compute(std::move(op));
 }
 
 void TraceRecorder::add_collective(const SimCollectiveEvent& e) {

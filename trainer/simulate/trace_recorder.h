@@ -83,7 +83,7 @@ class TraceRecorder {
   const std::map<std::string, int64_t>& op_counts() const { return op_counts_; }
 
   // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).
-  void add_compute(const devices::OpDesc& op);
+  void add_compute(devices::OpDesc&& op);
   void add_collective(const SimCollectiveEvent& e);
   // Compute op number `op` (already recorded) wrote `use` too: a tensor first seen after the
   // op that made it (a composite attention backward's gradients, seen when the next backward

@@ -1,0 +1,88 @@
+// Trace (see trace.h): recording a step's events and linking their data flow.
+#include "devices/trace.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace titan::devices {
+
+// Links the op into the step's data flow: who wrote what it reads, and (on the writer) that
+// it was read. A view aliases its input's storage: it neither produces nor consumes data.
+void Trace::compute(OpDesc&& op) {
+  TraceEvent e;
+  e.type = TraceEvent::Type::kCompute;
+  e.op = std::move(op);
+  OpDesc& d = e.op;
+  d.index = static_cast<int64_t>(op_event_.size());
+  d.read_from.assign(d.reads.size(), -1);
+  d.last_read_by.assign(d.writes.size(), -1);
+  if (d.kind != OpKind::kView) {
+    for (size_t r = 0; r < d.reads.size(); ++r) {
+      const Writer* writer = d.reads[r].id == 0 ? nullptr : writer_of(d.reads[r].id);
+      if (!writer) continue;
+      d.read_from[r] = writer->op;
+      events_[op_event_[static_cast<size_t>(writer->op)]].op.last_read_by[writer->slot] = d.index;
+    }
+    for (size_t w = 0; w < d.writes.size(); ++w)
+      if (d.writes[w].id != 0) set_writer(d.writes[w].id, Writer{d.index, w});
+  }
+  op_event_.push_back(events_.size());
+  events_.push_back(std::move(e));
+}
+
+int64_t Trace::issue(const CollectiveDesc& c) {
+  TraceEvent e;
+  e.type = TraceEvent::Type::kIssue;
+  e.collective = c;
+  const int64_t work = next_work_++;
+  e.work = work;
+  events_.push_back(std::move(e));
+  return work;
+}
+
+void Trace::wait(int64_t work) {
+  TITAN_CHECK(work >= 0 && work < next_work_, "wait on unknown work ", work);
+  TraceEvent e;
+  e.type = TraceEvent::Type::kWait;
+  e.work = work;
+  events_.push_back(std::move(e));
+}
+
+// The data flow of one tensor depends only on the ops that read or write it, in op order: so
+// relinking the named tensors alone, in one pass over the ops as compute() made it, gives what
+// recording the whole trace again with the writes in place would (without copying a single op).
+void Trace::add_writes(std::vector<std::pair<int64_t, TensorUse>> writes) {
+  std::stable_sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::unordered_map<int64_t, Writer> relinked;  // the named tensors, each's writer so far
+  for (const auto& [op, use] : writes) {
+    TITAN_CHECK(op >= 0 && static_cast<size_t>(op) < op_event_.size(), "a write added to op ", op, " of ",
+                op_event_.size());
+    OpDesc& d = events_[op_event_[static_cast<size_t>(op)]].op;
+    d.writes.push_back(use);
+    d.last_read_by.push_back(-1);
+    if (d.kind != OpKind::kView && use.id != 0) relinked.emplace(use.id, Writer{});
+  }
+  if (relinked.empty()) return;
+  for (size_t event : op_event_) {
+    OpDesc& d = events_[event].op;
+    if (d.kind == OpKind::kView) continue;
+    for (size_t r = 0; r < d.reads.size(); ++r) {
+      auto it = relinked.find(d.reads[r].id);
+      if (it == relinked.end()) continue;
+      d.read_from[r] = it->second.op;
+      if (it->second.op >= 0)
+        events_[op_event_[static_cast<size_t>(it->second.op)]].op.last_read_by[it->second.slot] = d.index;
+    }
+    for (size_t w = 0; w < d.writes.size(); ++w) {
+      auto it = relinked.find(d.writes[w].id);
+      if (it == relinked.end()) continue;
+      d.last_read_by[w] = -1;
+      it->second = Writer{d.index, w};
+    }
+  }
+  for (const auto& [id, w] : relinked)
+    if (w.op >= 0) set_writer(id, w);
+}
+
+}  // namespace titan::devices

@@ -1,0 +1,113 @@
+// Trace: one representative rank's step as the recorder saw it (compute ops with their data
+// flow, collectives issued and waited on, the storages they touch). Recorded by
+// trainer/simulate/trace_recorder.h, replayed by devices/step_simulator.h, walked for memory by
+// devices/trace_memory.h.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "devices/collective_cost.h"
+#include "devices/compute_cost.h"
+
+namespace titan::devices {
+
+struct CollectiveDesc {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::string group;          // mesh dim or flattened group name (Placement::group)
+  int64_t bytes = 0;          // nccl-tests convention, see collective_cost.h
+  std::string stream = "comm";  // communication stream it was issued on
+};
+
+// A storage the recorded ops touch (TensorUse::id), for the memory walk (devices/trace_memory.h).
+struct StorageRecord {
+  int64_t bytes = 0;           // its size when the recorder first saw it
+  bool outlives_step = false;  // still referenced when the step ended: state, not a temporary
+};
+// A storage a parallel plan resized outside any op (FSDP frees a gathered buffer after its
+// block ran and refills it before the next gather), before compute op number at_op.
+struct StorageResize {
+  int64_t at_op = 0;
+  int64_t id = 0;
+  int64_t bytes = 0;
+};
+
+struct TraceEvent {
+  enum class Type { kCompute, kIssue, kWait };
+  Type type = Type::kCompute;
+  OpDesc op;                // kCompute
+  CollectiveDesc collective;  // kIssue
+  int64_t work = -1;        // kIssue: the handle it returns; kWait: the handle waited on
+};
+
+// One representative rank's step in program order. The recorder calls compute() per aten op,
+// issue() when the sim backend receives a collective (returns its Work id) and wait() when
+// that Work is waited on (a blocking collective is issue + wait).
+class Trace {
+ public:
+  void compute(OpDesc&& op);
+  void compute(const OpDesc& op) { compute(OpDesc(op)); }
+  int64_t issue(const CollectiveDesc& c);
+  void wait(int64_t work);
+  int64_t blocking(const CollectiveDesc& c) {
+    int64_t w = issue(c);
+    wait(w);
+    return w;
+  }
+  // Room for `events` events before the next reallocation (a TraceEvent is some 400 bytes).
+  void reserve(size_t events) { events_.reserve(events), op_event_.reserve(events); }
+  const std::vector<TraceEvent>& events() const { return events_; }
+  size_t size() const { return events_.size(); }
+  size_t compute_ops() const { return op_event_.size(); }
+
+  // Storages by id (index id - 1; ids are 1, 2, ... in the order the recorder saw them).
+  std::vector<StorageRecord>& storages() { return storages_; }
+  const std::vector<StorageRecord>& storages() const { return storages_; }
+  std::vector<StorageResize>& storage_resizes() { return resizes_; }
+  const std::vector<StorageResize>& storage_resizes() const { return resizes_; }
+
+  // Writes learnt of after their ops were recorded, (compute op number, tensor it also wrote):
+  // each is appended to its op's writes (in op order, then in the order given) and the data
+  // flow of the tensors they name is linked again, as compute() would have linked it had the
+  // writes been there from the start (the data flow of every other tensor is unchanged).
+  void add_writes(std::vector<std::pair<int64_t, TensorUse>> writes);
+
+ private:
+  struct Writer {
+    int64_t op = -1;  // index of the op that last wrote the tensor
+    size_t slot = 0;  // which of its writes
+  };
+  std::vector<TraceEvent> events_;
+  std::vector<size_t> op_event_;  // event position of each compute op
+  // The last writer of each tensor: the recorder numbers storages 1, 2, ..., so most ids index
+  // a table; others (traces put together by hand) go to a map.
+  static constexpr int64_t kDenseIds = int64_t{1} << 22;
+  std::vector<Writer> dense_writer_;
+  std::unordered_map<int64_t, Writer> writer_;
+  const Writer* writer_of(int64_t id) const {
+    if (id > 0 && id < kDenseIds) {
+      const size_t i = static_cast<size_t>(id);
+      return i < dense_writer_.size() && dense_writer_[i].op >= 0 ? &dense_writer_[i] : nullptr;
+    }
+    auto it = writer_.find(id);
+    return it == writer_.end() ? nullptr : &it->second;
+  }
+  void set_writer(int64_t id, Writer w) {
+    if (id > 0 && id < kDenseIds) {
+      const size_t i = static_cast<size_t>(id);
+      if (i >= dense_writer_.size()) dense_writer_.resize(std::max(i + 1, 2 * dense_writer_.size()));
+      dense_writer_[i] = w;
+    } else {
+      writer_[id] = w;
+    }
+  }
+  int64_t next_work_ = 0;
+  std::vector<StorageRecord> storages_;
+  std::vector<StorageResize> resizes_;
+};
+
+}  // namespace titan::devices
