@@ -47,14 +47,17 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
       if (i < cands[c].size()) order.emplace_back(c, i);
     if (order.size() == before) break;
   }
-  for (const auto& [c, i] : order) prefetch(bases[c], cands[c][i].overrides, cache);
+  std::vector<Prefetched> pre;  // each point's config and recordings, taken by evaluate()
+  pre.reserve(order.size());
+  for (const auto& [c, i] : order) pre.push_back(prefetch(bases[c], cands[c][i].overrides, cache));
   std::vector<std::vector<Point>> points(n);
   for (size_t c = 0; c < n; ++c) points[c].resize(cands[c].size());
   t.stats = run_parallel(
       static_cast<int64_t>(order.size()),
       [&](int64_t k) {
         const auto [c, i] = order[static_cast<size_t>(k)];
-        points[c][i] = evaluate(bases[c], cands[c][i].overrides, cache);
+        points[c][i] = evaluate(bases[c], cands[c][i].overrides, cache, &pre[static_cast<size_t>(k)]);
+        pre[static_cast<size_t>(k)] = Prefetched{};  // its config and any recording it still held
       },
       threads, "searches",
       // A layout's points at every combination (chip count) on one thread, one after the

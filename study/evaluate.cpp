@@ -70,7 +70,7 @@ namespace {
 // (a depth the stage split refuses) or a figure is not affine in depth: the caller then
 // records the config at its own depth.
 bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, RecordingCache& cache,
-                         SimulationResult* out, std::string* why) {
+                         SimulationResult* out, std::string* why, Prefetched* pre) {
   std::optional<devices::Placement> placement;
   // The figures of the last samples by depth: deeper samples move one layer step, so two of
   // the three were replayed already.
@@ -88,8 +88,19 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
         if (!have[j] && l.first == s.layers[j]) f[j] = std::move(l.second), have[j] = true, l.first = -1;
     std::array<JobConfig, 3> cfgs;
     std::array<std::shared_future<std::shared_ptr<const RecordedStep>>, 3> recs;
-    for (size_t j = 0; j < 3; ++j)
-      if (!have[j]) recs[j] = cache.request(cfgs[j] = with_layers(cfg, s.layers[j]));
+    // The first samples' recordings: prefetch asked for them already.
+    const bool prefetched = pre && pre->sampled && pre->recs.size() == 3;
+    for (size_t j = 0; j < 3; ++j) {
+      if (have[j]) continue;
+      cfgs[j] = with_layers(cfg, s.layers[j]);
+      if (!prefetched) {
+        recs[j] = cache.request(cfgs[j]);
+        continue;
+      }
+      cache.count_lookup();
+      recs[j] = std::move(pre->recs[j]);
+    }
+    if (pre) pre->recs.clear();
     try {
       for (size_t j = 0; j < 3; ++j) {
         if (have[j]) continue;
@@ -116,15 +127,25 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
 
 }  // namespace
 
-Point evaluate_config(const JobConfig& cfg, RecordingCache& cache) {
+Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* pre) {
   Point p;
   p.cfg = cfg;
   try {
     const devices::ChipSpec chip = simulated_chip(cfg);
-    p.extrapolated = cache.layer_extrapolation && extrapolated_result(cfg, chip, cache, &p.result, &p.full_depth_reason);
+    p.extrapolated = cache.layer_extrapolation &&
+                     extrapolated_result(cfg, chip, cache, &p.result, &p.full_depth_reason, pre);
     ++(p.extrapolated ? cache.extrapolated : cache.full_depth);
     if (!p.extrapolated) {
-      const std::shared_ptr<const RecordedStep> rec = cache.get(cfg);
+      std::shared_future<std::shared_ptr<const RecordedStep>> fut;
+      if (pre && !pre->sampled && pre->recs.size() == 1) {
+        cache.count_lookup();
+        fut = std::move(pre->recs[0]);
+      } else {
+        fut = cache.request(cfg);
+      }
+      if (pre) pre->recs.clear();
+      const std::shared_ptr<const RecordedStep> rec = fut.get();
+      fut = {};
       const devices::Placement placement =
           devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
       p.result = replay_step(cfg, *rec, chip, placement);
@@ -143,23 +164,34 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache) {
   return p;
 }
 
-void prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+Prefetched prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+  Prefetched pre;
   try {
     JobConfig cfg = base;
     for (const auto& [k, v] : overrides) apply_override(cfg, k, v);
     validate(cfg);
     const LayerSamples s = cache.layer_extrapolation ? layer_samples(cfg) : LayerSamples{};
     if (!s.ok) {
-      (void)cache.request(cfg, /*counted=*/false);
-      return;
+      pre.recs.push_back(cache.request(cfg, /*counted=*/false));
+    } else {
+      pre.sampled = true;
+      for (int64_t n : s.layers) pre.recs.push_back(cache.request(with_layers(cfg, n), /*counted=*/false));
     }
-    for (int64_t n : s.layers) (void)cache.request(with_layers(cfg, n), /*counted=*/false);
+    pre.cfg = std::move(cfg);
+    pre.ok = true;
   } catch (const std::exception&) {
     // evaluate() reports it
+    pre = Prefetched{};
   }
+  return pre;
 }
 
-Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache, Prefetched* pre) {
+  if (pre && pre->ok) {
+    Point p = evaluate_config(pre->cfg, cache, pre);
+    p.overrides = overrides;
+    return p;
+  }
   JobConfig cfg = base;
   try {
     for (const auto& [k, v] : overrides) apply_override(cfg, k, v);

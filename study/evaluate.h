@@ -37,13 +37,23 @@ struct Point {
   Breakdown breakdown;
 };
 
+// What prefetch() queued for a point: its config and the recordings it asked for, which
+// evaluate() takes instead of applying the overrides and asking the cache again.
+struct Prefetched {
+  bool ok = false;  // the overrides applied and the config validated
+  JobConfig cfg;
+  bool sampled = false;  // recs: its layer samples (layer_samples(cfg)), else cfg itself
+  std::vector<std::shared_future<std::shared_ptr<const RecordedStep>>> recs;
+};
+
 // base + overrides (apply_override, then validate) replayed through the cache. Never throws
-// for a bad combination: config errors become kInvalid with the message.
-Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
-Point evaluate_config(const JobConfig& cfg, RecordingCache& cache);
+// for a bad combination: config errors become kInvalid with the message. pre: what
+// prefetch(base, overrides, cache) returned, if kept (its recordings are taken from it).
+Point evaluate(const JobConfig& base, const Overrides& overrides, RecordingCache& cache, Prefetched* pre = nullptr);
+Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* pre = nullptr);
 // Queues the recordings evaluate(base, overrides) will ask for first (its layer samples, or
 // the config itself), so that the recorder thread works ahead; bad combinations are skipped.
-void prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
+Prefetched prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
 
 // The value of a config key in this point as text ("simulation.num_chips" -> "8192"); the
 // registry's own spelling, so every key a sweep can set can be read back.
