@@ -49,13 +49,14 @@ OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> 
     return true;
   };
   auto add_reads = [&](size_t from) {
+    if (from < in.size()) d.reads.reserve(in.size() - from);
     for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &d.reads);
   };
-  if ((name == "aten::mm" || name == "aten::bmm") && in.size() >= 2 && mm_at(0, 1)) {
+  if (op.mm && in.size() >= 2 && mm_at(0, 1)) {
     add_reads(0);
     return d;
   }
-  if ((name == "aten::addmm" || name == "aten::baddbmm") && in.size() >= 3 && mm_at(1, 2)) {
+  if (op.addmm && in.size() >= 3 && mm_at(1, 2)) {
     add_reads(0);
     return d;
   }
@@ -66,7 +67,7 @@ OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> 
   }
   int64_t read = 0;
   for (const auto& v : in) read += ivalue_bytes(v);
-  if (name == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
+  if (op.copy && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
     const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
     d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
     d.bytes_read = ivalue_bytes(in[1]);

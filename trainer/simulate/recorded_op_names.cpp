@@ -29,6 +29,9 @@ std::unique_ptr<RecordedOpName> classify(std::string name) {
   k->movement = movement_ops().count(name) > 0;
   k->writes_only = writes_only(name);
   k->in_place = !name.empty() && name.back() == '_';
+  k->mm = name == "aten::mm" || name == "aten::bmm";
+  k->addmm = name == "aten::addmm" || name == "aten::baddbmm";
+  k->copy = name == "aten::copy_";
   k->block_scope = name == kBlockScope;
   k->kept_output_scope = name == kKeptOutputScope;
   k->ring_attention_block_scope = name == kRingAttentionBlockScope;

@@ -18,6 +18,9 @@ struct RecordedOpName {
   bool movement = false;     // movement_ops
   bool writes_only = false;  // writes_only
   bool in_place = false;     // ends in '_' (add_, copy_)
+  bool mm = false;           // aten::mm, aten::bmm
+  bool addmm = false;        // aten::addmm, aten::baddbmm
+  bool copy = false;         // aten::copy_
   // The profiling scopes the recorder keeps or reads (trace_recorder.h and the headers named
   // in recorder_callbacks.cpp).
   bool block_scope = false;

@@ -112,7 +112,7 @@ void TraceRecorder::add_late_write(int64_t op, const devices::TensorUse& use) { 
 
 // Called with `recorder_state::mu` held.
 void TraceRecorder::add_compute(devices::OpDesc&& op) {
-  op_counts_[op.name]++;
+  counts_[op.name]++;
   trace_.compute(std::move(op));
 }
 

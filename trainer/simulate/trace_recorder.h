@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/sim_backend.h"
@@ -80,7 +81,7 @@ class TraceRecorder {
   const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
   // Recorded leaf ops per aten name (attention ops under kAttentionScope's name, fused kernels
   // under their op names).
-  const std::map<std::string, int64_t>& op_counts() const { return op_counts_; }
+  std::map<std::string, int64_t> op_counts() const { return {counts_.begin(), counts_.end()}; }
 
   // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).
   void add_compute(devices::OpDesc&& op);
@@ -93,7 +94,7 @@ class TraceRecorder {
  private:
   devices::Trace trace_;
   std::vector<SimCollectiveEvent> calls_;
-  std::map<std::string, int64_t> op_counts_;
+  std::unordered_map<std::string, int64_t> counts_;  // op_counts(), unsorted: a hash per op, not a tree walk
   std::map<int64_t, int64_t> work_of_;  // sim id -> trace work id
   std::vector<std::pair<int64_t, devices::TensorUse>> late_writes_;
   uint64_t handle_ = 0;
