@@ -35,6 +35,9 @@ const char* replay_basis_name(int b) {
 }
 
 void Replay::run(const Trace& trace) {
+  // A host and a compute task per kernel, a task per collective: at most about two per event
+  // (reserved, so that thousands of tasks are not moved as the timeline grows).
+  timeline_.reserve(2 * trace.size());
   for (const TraceEvent& e : trace.events()) {
     switch (e.type) {
       case TraceEvent::Type::kCompute:

@@ -82,6 +82,7 @@ class Timeline {
   int add_stream(const std::string& name, StreamKind kind);
   int64_t add(const TimelineTask& task);
   int64_t add(TimelineTask&& task);  // the same, its vectors and strings moved in
+  void reserve(size_t tasks) { tasks_.reserve(tasks); }
   const TaskTiming& timing(int64_t id) const;
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   TimelineSummary summarize() const;  // O(n log n) in the number of tasks
