@@ -47,7 +47,7 @@ int64_t recorded_issue_count() {
 int64_t recorded_storage_id(const at::Tensor& t) { return known_storage_id(t); }
 
 namespace {
-size_t events_hint = 0;  // events of the last trace finished (guarded by recorder_state::mu)
+size_t events_hint = 0;  // events of the longest trace finished (guarded by recorder_state::mu)
 }  // namespace
 
 TraceRecorder::TraceRecorder(const RecordOptions& options) {
@@ -65,8 +65,9 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     block_membership::reset();
     recorder_state::unseen_grads_writer = -1;
   }
-  // As many events as the last recording had: most of a trace's growth without moving its
-  // events (some 400 bytes each) from buffer to buffer as it doubles.
+  // As many events as the longest recording so far had: a trace grows without moving its
+  // events (some 400 bytes each) from buffer to buffer as it doubles (untouched room costs no
+  // memory until written).
   trace_.reserve(events_hint);
   forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
@@ -99,7 +100,7 @@ TraceRecorder::~TraceRecorder() {
 const devices::Trace& TraceRecorder::finish() {
   {
     std::lock_guard<std::mutex> lock(recorder_state::mu);
-    events_hint = trace_.size();
+    events_hint = std::max(events_hint, trace_.size());
     if (!late_writes_.empty()) trace_.add_writes(std::move(late_writes_));
     late_writes_.clear();
   }
