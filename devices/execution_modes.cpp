@@ -2,6 +2,8 @@
 // per kernel on a chip, and how each lowers the recorded ops to kernels (fusion). Used by
 // ComputeModel (compute_cost.cpp) and the step simulator.
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,55 @@ namespace {
 bool fusable(OpKind k) {
   return k == OpKind::kElementwise || k == OpKind::kReduction || k == OpKind::kView;
 }
+
+// The storage ids a fused chain has read so far: a list while short, and an open-addressing
+// table beside it once long (a long chain, such as an optimizer step over many parameters,
+// reads many, and a search of the list per read made it quadratic). One per thread: a
+// replay asks for thousands of chains.
+class SeenIds {
+ public:
+  void clear() {
+    list_.clear();
+    if (in_table_) std::fill(table_.begin(), table_.end(), kEmpty);  // as long as that chain was
+    in_table_ = false;
+  }
+  // Adds id; false if it was there already.
+  bool insert(int64_t id) {
+    if (!in_table_ || id == kEmpty) {
+      if (std::find(list_.begin(), list_.end(), id) != list_.end()) return false;
+      list_.push_back(id);
+      if (!in_table_ && list_.size() == kLinear) rehash(4 * kLinear), in_table_ = true;
+      return true;
+    }
+    if (!place(id)) return false;
+    list_.push_back(id);
+    if (2 * list_.size() > table_.size()) rehash(2 * table_.size());
+    return true;
+  }
+
+ private:
+  static constexpr size_t kLinear = 16;
+  static constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();
+  bool place(int64_t id) {  // table_ is at most half full
+    const size_t mask = table_.size() - 1;
+    for (size_t h = static_cast<size_t>(static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & mask;;
+         h = (h + 1) & mask) {
+      if (table_[h] == id) return false;
+      if (table_[h] == kEmpty) {
+        table_[h] = id;
+        return true;
+      }
+    }
+  }
+  void rehash(size_t size) {
+    table_.assign(size, kEmpty);
+    for (int64_t id : list_)
+      if (id != kEmpty) place(id);
+  }
+  std::vector<int64_t> list_;
+  std::vector<int64_t> table_;  // a power of two in size; all kEmpty unless in_table_
+  bool in_table_ = false;
+};
 
 }  // namespace
 
@@ -97,7 +148,7 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
   double reads = 0, writes = 0;
   if (flow) {
     const int64_t first = ops[i]->index, last = ops[j - 1]->index;
-    thread_local std::vector<int64_t> seen;  // a replay asks for thousands of chains: reused
+    thread_local SeenIds seen;
     seen.clear();
     for (size_t x = i; x < j; ++x) {
       const OpDesc& f = *ops[x];
@@ -105,8 +156,7 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
       for (size_t r = 0; r < f.reads.size(); ++r) {
         const int64_t from = f.read_from[r];
         if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
-        if (std::find(seen.begin(), seen.end(), f.reads[r].id) != seen.end()) continue;
-        seen.push_back(f.reads[r].id);
+        if (!seen.insert(f.reads[r].id)) continue;
         reads += static_cast<double>(f.reads[r].bytes);
       }
       for (size_t w = 0; w < f.writes.size(); ++w)
