@@ -41,9 +41,22 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
-  // The ops that touch each resized storage, in order (LiveRange::use_from / use_to).
+  // The ops that touch each resized storage, in order (LiveRange::use_from / use_to); found
+  // per tensor use through a vector by id (ids are 1, 2, ...; any other hashed).
   std::unordered_map<int64_t, std::vector<int64_t>> touches;
+  std::vector<std::vector<int64_t>*> touches_of;
   for (const StorageResize& r : resizes) touches[r.id];
+  for (auto& [id, list] : touches)
+    if (id >= 0 && id < (int64_t{1} << 24)) {
+      if (static_cast<size_t>(id) >= touches_of.size()) touches_of.resize(static_cast<size_t>(id) + 1, nullptr);
+      touches_of[static_cast<size_t>(id)] = &list;
+    }
+  auto touched = [&](int64_t id) -> std::vector<int64_t>* {
+    if (id >= 0 && id < (int64_t{1} << 24))
+      return static_cast<size_t>(id) < touches_of.size() ? touches_of[static_cast<size_t>(id)] : nullptr;
+    auto t = touches.find(id);
+    return t == touches.end() ? nullptr : &t->second;
+  };
   // Each op's run of element-wise ops (-1: none), as the replay lowers them: a run ends at an
   // op of another kind and at every collective issue or wait (step_simulator.cpp).
   std::vector<int64_t> run;
@@ -85,8 +98,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
             s.next_at = at, s.next_adds = e.op.name == "aten::add_" || e.op.name == "aten::add";
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
-          if (auto t = touches.find(u.id); t != touches.end() && (t->second.empty() || t->second.back() != at))
-            t->second.push_back(at);
+          if (auto* t = touched(u.id); t && (t->empty() || t->back() != at)) t->push_back(at);
         }
     }
   }
