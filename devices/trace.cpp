@@ -49,6 +49,16 @@ void Trace::wait(int64_t work) {
   events_.push_back(std::move(e));
 }
 
+std::vector<TraceEvent> Trace::take_events() {
+  std::vector<TraceEvent> out = std::move(events_);
+  events_.clear();
+  op_event_.clear();
+  dense_writer_.clear();
+  writer_.clear();
+  next_work_ = 0;
+  return out;
+}
+
 // The data flow of one tensor depends only on the ops that read or write it, in op order: so
 // relinking the named tensors alone, in one pass over the ops as compute() made it, gives what
 // recording the whole trace again with the writes in place would (without copying a single op).

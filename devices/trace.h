@@ -61,6 +61,10 @@ class Trace {
   // Room for `events` events before the next reallocation (a TraceEvent is some 400 bytes).
   void reserve(size_t events) { events_.reserve(events), op_event_.reserve(events); }
   const std::vector<TraceEvent>& events() const { return events_; }
+  // Hands the events over, so that whoever cuts them up (a pipeline rank's segments) moves
+  // each op rather than copying it; the trace keeps its storages and resizes and is left as
+  // if no event had been recorded.
+  std::vector<TraceEvent> take_events();
   size_t size() const { return events_.size(); }
   size_t compute_ops() const { return op_event_.size(); }
 

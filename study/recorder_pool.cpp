@@ -107,6 +107,8 @@ std::string get_str(std::string_view m, size_t* pos) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
+  // Memory is not on the wire: the study walks it when it decodes a recording.
+  set_recording_walks_memory(false);
   InProcess recorder;
   std::string request;
   while (recv_message(fd, &request)) {

@@ -103,5 +103,34 @@ TEST(Trace, AddWritesLinksAsIfTheWritesHadBeenRecorded) {
   }
 }
 
+// take_events hands over what was recorded (a pipeline rank's segments move its ops) and leaves
+// the storage table and an empty trace that records as a new one does.
+TEST(Trace, TakeEventsHandsOverTheEventsAndKeepsTheStorages) {
+  Trace t, fresh;
+  t.compute(op({}, {{1, 8}}));
+  t.wait(t.issue({CollectiveKind::kAllGather, "dp_shard", 64, "comm"}));
+  t.compute(op({{1, 8}}, {{2, 8}}));
+  t.storages() = {{8, true}, {8, false}};
+  t.storage_resizes() = {{1, 2, 0}};
+  const Trace before = t;
+  const std::vector<TraceEvent> events = t.take_events();
+  ASSERT_EQ(events.size(), before.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].type, before.events()[i].type) << "event " << i;
+    EXPECT_EQ(events[i].work, before.events()[i].work) << "event " << i;
+    EXPECT_EQ(events[i].op.read_from, before.events()[i].op.read_from) << "event " << i;
+    EXPECT_EQ(events[i].op.last_read_by, before.events()[i].op.last_read_by) << "event " << i;
+  }
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.compute_ops(), 0u);
+  EXPECT_EQ(t.storages().size(), 2u);
+  EXPECT_EQ(t.storage_resizes().size(), 1u);
+  for (Trace* x : {&t, &fresh}) {
+    x->compute(op({{1, 8}}, {{1, 8}}));  // no writer of 1 any more
+    x->blocking({CollectiveKind::kAllReduce, "dp_shard", 64, "comm"});
+  }
+  expect_same(t, fresh);
+}
+
 }  // namespace
 }  // namespace titan::devices

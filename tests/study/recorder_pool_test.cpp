@@ -99,6 +99,38 @@ TEST(RecordingWire, RoundTrippedProbeResizesLikeTheRecordedOne) {
   }
 }
 
+// A recorder process skips the memory walk (memory is not on the wire): what it sends, and
+// the step the study decodes from it, are those of a recording that walked it.
+TEST(RecordingWire, RecordingWithoutTheMemoryWalkDecodesToTheSameStep) {
+  for (const auto& [label, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"fsdp 8, fused", {}}, {"pp 2 x dp_shard 4", kPipeline}}) {
+    SCOPED_TRACE(label);
+    const JobConfig cfg = tiny_config(args);
+    const RecordedStep walked = record_step(cfg);
+    set_recording_walks_memory(false);
+    RecordedStep unwalked;
+    try {
+      unwalked = record_step(cfg);
+    } catch (...) {
+      set_recording_walks_memory(true);
+      throw;
+    }
+    set_recording_walks_memory(true);
+    const int64_t walked_peak = walked.pipeline ? walked.pipeline->memory[0].eager().peak_bytes
+                                                : walked.memory.eager().peak_bytes;
+    const int64_t unwalked_peak = unwalked.pipeline ? unwalked.pipeline->memory[0].eager().peak_bytes
+                                                    : unwalked.memory.eager().peak_bytes;
+    EXPECT_GT(walked_peak, 0);
+    EXPECT_EQ(unwalked_peak, 0);  // not walked
+    const std::string bytes = encode_step(unwalked);
+    EXPECT_EQ(first_difference(bytes, encode_step(walked)), "");
+    RecordedStep back = decode_step(bytes);
+    back.chip = walked.chip;
+    back.placement = walked.placement;
+    expect_same_replay(cfg, walked, back, label);
+  }
+}
+
 TEST(RecordingWire, DamagedMessagesAreErrors) {
   const std::string bytes = encode_step(record_step(tiny_config()));
   for (size_t cut : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {

@@ -3,6 +3,7 @@
 #include "trainer/simulate/simulate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -58,7 +59,14 @@ devices::ExecutionMode execution_mode(const JobConfig& cfg) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> recording_walks_memory{true};
+}  // namespace
+
+void set_recording_walks_memory(bool walk) { recording_walks_memory = walk; }
+
 RecordedStep record_step(const JobConfig& cfg, bool place) {
+  const bool walk_memory = recording_walks_memory;
   RecordedStep out;
   out.chip = simulated_chip(cfg);
   const int64_t chips = cfg.simulation.num_chips;
@@ -67,7 +75,7 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
   // cp rank does the same attention work (parallel/context_parallel.h).
   if (place) out.placement = devices::place_on_device(out.chip, chips, mesh_dims(out.dims), cfg.simulation.topology);
   if (out.dims.pp > 1) {
-    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip, execution_mode(cfg))));
+    out.pipeline = std::make_shared<RecordedPipeline>(record_pipeline(cfg, chips, record_options(out.chip, execution_mode(cfg)), walk_memory));
     const RecordedPipeline& p = *out.pipeline;
     for (const auto& c : p.calls[0])
       if (c.type == SimCollectiveEvent::Type::kCall) out.calls.push_back(c);
@@ -97,8 +105,9 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
   {
     TraceRecorder recorder(record_options(out.chip, execution_mode(cfg)));
     trainer.train_step();
-    out.trace = recorder.finish();
-    out.memory = devices::trace_memory(out.trace);
+    recorder.finish();
+    out.trace = recorder.take_trace();
+    if (walk_memory) out.memory = devices::trace_memory(out.trace);
     out.calls = recorder.calls();
     out.op_counts = recorder.op_counts();
   }

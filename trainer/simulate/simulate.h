@@ -54,6 +54,11 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& dims);
 // place = false: no placement (RecordedStep::placement stays empty) and no topology check,
 // for a recording replayed at other chip counts only (trainer/simulate/shard_resize.h).
 RecordedStep record_step(const JobConfig& cfg, bool place = true);
+// Whether record_step, and record_probe through it, walk each recording's memory
+// (RecordedStep::memory, RecordedPipeline::memory); on unless turned off. A process that only
+// sends its recordings over the wire (study/recorder_pool.cpp) turns it off: memory is not on
+// the wire, and the decode walks it again (recording_wire.h).
+void set_recording_walks_memory(bool walk);
 
 struct SimulationResult {
   devices::StepReport report;

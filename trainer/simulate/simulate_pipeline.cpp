@@ -19,15 +19,17 @@
 namespace titan {
 namespace {
 
-// Events [b, e) of a trace as a trace of their own; a wait on work issued before b is
-// dropped (that collective is taken as done when the segment starts).
-devices::Trace slice(const devices::Trace& t, size_t b, size_t e, int64_t* p2p_bytes) {
+// Events [b, e) of a trace as a trace of their own, their ops moved out of `events` (each
+// event is in one segment); a wait on work issued before b is dropped (that collective is
+// taken as done when the segment starts).
+devices::Trace slice(std::vector<devices::TraceEvent>& events, size_t b, size_t e, int64_t* p2p_bytes) {
   devices::Trace out;
+  out.reserve(e - b);
   std::unordered_map<int64_t, int64_t> work;
   for (size_t i = b; i < e; ++i) {
-    const devices::TraceEvent& ev = t.events()[i];
+    devices::TraceEvent& ev = events[i];
     if (ev.type == devices::TraceEvent::Type::kCompute) {
-      out.compute(ev.op);
+      out.compute(std::move(ev.op));  // compute() sets the op's index and data flow afresh
     } else if (ev.type == devices::TraceEvent::Type::kIssue) {
       work[ev.work] = out.issue(ev.collective);
       if (ev.collective.group == "pp" && ev.collective.kind == devices::CollectiveKind::kSendRecv)
@@ -76,7 +78,7 @@ struct RankExtras {
 
 // Pipeline rank q's step recorded on the meta device, cut at its schedule's actions.
 RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOptions& recording,
-                       RecordedPipeline& out) {
+                       bool walk_memory, RecordedPipeline& out) {
   const int64_t per_stage = chips / static_cast<int64_t>(out.ranks.size());  // pp is the outermost mesh dim
   set_sim_world(chips, q * per_stage);
   CommOptions co = comm_options(cfg);
@@ -114,6 +116,7 @@ RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const Rec
   trainer.train_step();
   pm.observer = nullptr;
   const devices::Trace& t = recorder.finish();
+  std::vector<devices::TraceEvent> events = recorder.take_events();
   const size_t per_run = s.ranks[q].size();
   auto& segs = out.ranks[q];
   size_t pos = 0;
@@ -122,7 +125,7 @@ RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const Rec
     if (e <= b) return none;
     PipelineSegment seg;
     seg.run = run;
-    seg.trace = slice(t, b, e, &seg.p2p_bytes);
+    seg.trace = slice(events, b, e, &seg.p2p_bytes);
     segs.push_back(std::move(seg));
     return segs.size() - 1;
   };
@@ -134,12 +137,12 @@ RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const Rec
     seg.is_action = true;
     seg.action = acts[i];
     seg.run = run;
-    seg.trace = slice(t, begins[i], ends[i], &seg.p2p_bytes);
+    seg.trace = slice(events, begins[i], ends[i], &seg.p2p_bytes);
     segs.push_back(std::move(seg));
     action_seg[i] = segs.size() - 1;
     pos = ends[i];
   }
-  gap_seg[acts.size()] = plain(pos, t.size(), static_cast<int>(out.runs) - 1);
+  gap_seg[acts.size()] = plain(pos, events.size(), static_cast<int>(out.runs) - 1);
   // Each resize's segment: the action it was made in, else the plain segment of its gap (an
   // empty gap's resize stays at the end of the action before, or the start of the first).
   std::vector<int64_t> op_begin(segs.size() + 1, 0);
@@ -156,7 +159,7 @@ RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const Rec
   }
   out.storages[q] = t.storages();
   out.storage_resizes[q] = t.storage_resizes();
-  out.memory[q] = rank_memory(out, q);
+  if (walk_memory) out.memory[q] = rank_memory(out, q);
   out.calls[q] = recorder.calls();
   TITAN_CHECK(acts.size() == per_run * static_cast<size_t>(out.runs), "pipeline simulation: rank ", q, " ran ",
               acts.size(), " actions, expected ", per_run, " x ", out.runs);
@@ -165,7 +168,8 @@ RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const Rec
 
 }  // namespace
 
-RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording) {
+RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording,
+                                 bool walk_memory) {
   const int64_t pp = parallel_dims(cfg, chips).pp;
   RecordedPipeline out;
   out.ranks.resize(pp);
@@ -216,11 +220,11 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
       const auto key = pipeline_rank_key(out.schedule, stages, cfg, r);
       const auto at = recorded_for.find(key);
       if (at != recorded_for.end() && copy_pipeline_rank(out, at->second.second, at->second.first, r)) continue;
-      RankExtras e = record_rank(recorded, chips, q, recording, out);
+      RankExtras e = record_rank(recorded, chips, q, recording, walk_memory, out);
       recorded_for.emplace(key, std::make_pair(r, std::move(e.resizes)));
       continue;
     }
-    RankExtras e = record_rank(recorded, chips, q, recording, out);
+    RankExtras e = record_rank(recorded, chips, q, recording, walk_memory, out);
     if (q == 0) {
       stages = std::move(e.stages);
       recorded_for.emplace(pipeline_rank_key(out.schedule, stages, cfg, 0), std::make_pair(0, std::move(e.resizes)));

@@ -77,7 +77,10 @@ struct RecordOptions;  // trace_recorder.h
 // micro-batches and replayed over the full one (microbatch_extrapolation.h).
 // With simulation.pipeline_rank_reuse, a rank whose key (pipeline_rank_reuse.h) an earlier
 // rank had is built from that rank's segments instead of recorded.
-RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording);
+// walk_memory = false: the recorded ranks' memory (RecordedPipeline::memory) is left unwalked,
+// for a recording sent over the wire, whose decode walks it (set_recording_walks_memory).
+RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const RecordOptions& recording,
+                                 bool walk_memory = true);
 
 // A rank's recorded segments indexed: each action by (schedule run, op, stage, micro-batch),
 // the plain segments (batch, gradient reduction, optimizer) before each action, and those

@@ -108,6 +108,18 @@ const devices::Trace& TraceRecorder::finish() {
   return trace_;
 }
 
+std::vector<devices::TraceEvent> TraceRecorder::take_events() {
+  std::lock_guard<std::mutex> lock(recorder_state::mu);
+  return trace_.take_events();
+}
+
+devices::Trace TraceRecorder::take_trace() {
+  std::lock_guard<std::mutex> lock(recorder_state::mu);
+  devices::Trace out = std::move(trace_);
+  trace_ = devices::Trace();
+  return out;
+}
+
 // Called with `recorder_state::mu` held.
 void TraceRecorder::add_late_write(int64_t op, const devices::TensorUse& use) { late_writes_.push_back({op, use}); }
 

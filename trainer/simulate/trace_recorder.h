@@ -77,6 +77,11 @@ class TraceRecorder {
   // The trace with its storage table (devices::StorageRecord) filled in; call once the
   // recorded step is over, so that what it freed no longer counts as state.
   const devices::Trace& finish();
+  // After finish(): the trace's events handed over (devices::Trace::take_events), its storage
+  // table and resizes left in trace().
+  std::vector<devices::TraceEvent> take_events();
+  // After finish(): the whole trace handed over (not copied); trace() is left empty.
+  devices::Trace take_trace();
   // Every Communicator call in issue order (kCall events), for comparison with real runs.
   const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
   // Recorded leaf ops per aten name (attention ops under kAttentionScope's name, fused kernels
