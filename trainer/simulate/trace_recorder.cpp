@@ -51,8 +51,13 @@ size_t events_hint = 0;  // events of the longest trace finished (guarded by rec
 }  // namespace
 
 TraceRecorder::TraceRecorder(const RecordOptions& options) {
+  // As many events as the longest recording so far had: a trace grows without moving its
+  // events (some 400 bytes each) from buffer to buffer as it doubles (untouched room costs no
+  // memory until written). Reserved before this recorder becomes the active one, so a failed
+  // allocation leaves no recorder active.
   {
     std::lock_guard<std::mutex> lock(recorder_state::mu);
+    trace_.reserve(events_hint);
     TITAN_CHECK(recorder_state::active == nullptr, "TraceRecorder: another recorder is active");
     recorder_state::active = this;
     recorder_state::fuse_attention_scope = options.fuse_attention;
@@ -65,10 +70,6 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     block_membership::reset();
     recorder_state::unseen_grads_writer = -1;
   }
-  // As many events as the longest recording so far had: a trace grows without moving its
-  // events (some 400 bytes each) from buffer to buffer as it doubles (untouched room costs no
-  // memory until written).
-  trace_.reserve(events_hint);
   forget_storages();
   set_sim_listener([this](const SimCollectiveEvent& e) { add_collective(e); });
   set_storage_resize_listener([this](const at::Tensor& t, int64_t nbytes) {
