@@ -2,7 +2,7 @@ set terminal pngcairo noenhanced size 960,600 font 'sans,11'
 set output "docs/study/qwen3_8b_tpu_v7_scaling/qwen3_8b_tpu_v7_scaling_mfu.png"
 set title "qwen3_8b_tpu_v7_scaling: MFU (simulated)"
 set xlabel "simulation.num_chips"
-set ylabel 'MFU (%)'
+set ylabel "MFU (%)"
 set grid
 set key outside right
 set yrange [0:*]
