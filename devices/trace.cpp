@@ -2,6 +2,7 @@
 #include "devices/trace.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -53,7 +54,6 @@ std::vector<TraceEvent> Trace::take_events() {
   std::vector<TraceEvent> out = std::move(events_);
   events_.clear();
   op_event_.clear();
-  dense_writer_.clear();
   writer_.clear();
   next_work_ = 0;
   return out;

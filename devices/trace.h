@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/id_map.h"
 #include "devices/collective_cost.h"
 #include "devices/compute_cost.h"
 
@@ -87,28 +87,9 @@ class Trace {
   };
   std::vector<TraceEvent> events_;
   std::vector<size_t> op_event_;  // event position of each compute op
-  // The last writer of each tensor: the recorder numbers storages 1, 2, ..., so most ids index
-  // a table; others (traces put together by hand) go to a map.
-  static constexpr int64_t kDenseIds = int64_t{1} << 22;
-  std::vector<Writer> dense_writer_;
-  std::unordered_map<int64_t, Writer> writer_;
-  const Writer* writer_of(int64_t id) const {
-    if (id > 0 && id < kDenseIds) {
-      const size_t i = static_cast<size_t>(id);
-      return i < dense_writer_.size() && dense_writer_[i].op >= 0 ? &dense_writer_[i] : nullptr;
-    }
-    auto it = writer_.find(id);
-    return it == writer_.end() ? nullptr : &it->second;
-  }
-  void set_writer(int64_t id, Writer w) {
-    if (id > 0 && id < kDenseIds) {
-      const size_t i = static_cast<size_t>(id);
-      if (i >= dense_writer_.size()) dense_writer_.resize(std::max(i + 1, 2 * dense_writer_.size()));
-      dense_writer_[i] = w;
-    } else {
-      writer_[id] = w;
-    }
-  }
+  IdMap<Writer> writer_;  // the last writer of each tensor, by storage id
+  const Writer* writer_of(int64_t id) const { return writer_.find(id); }
+  void set_writer(int64_t id, Writer w) { writer_.set(id, w); }
   int64_t next_work_ = 0;
   std::vector<StorageRecord> storages_;
   std::vector<StorageResize> resizes_;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/id_map.h"
 
 namespace titan::devices {
 
@@ -43,20 +44,9 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   LiveRanges out;
   // The ops that touch each resized storage, in order (LiveRange::use_from / use_to); found
   // per tensor use through a vector by id (ids are 1, 2, ...; any other hashed).
-  std::unordered_map<int64_t, std::vector<int64_t>> touches;
-  std::vector<std::vector<int64_t>*> touches_of;
-  for (const StorageResize& r : resizes) touches[r.id];
-  for (auto& [id, list] : touches)
-    if (id >= 0 && id < (int64_t{1} << 24)) {
-      if (static_cast<size_t>(id) >= touches_of.size()) touches_of.resize(static_cast<size_t>(id) + 1, nullptr);
-      touches_of[static_cast<size_t>(id)] = &list;
-    }
-  auto touched = [&](int64_t id) -> std::vector<int64_t>* {
-    if (id >= 0 && id < (int64_t{1} << 24))
-      return static_cast<size_t>(id) < touches_of.size() ? touches_of[static_cast<size_t>(id)] : nullptr;
-    auto t = touches.find(id);
-    return t == touches.end() ? nullptr : &t->second;
-  };
+  IdMap<std::vector<int64_t>> touches;
+  for (const StorageResize& r : resizes) touches.emplace(r.id, {});
+  auto touched = [&](int64_t id) { return touches.find(id); };
   // Each op's run of element-wise ops (-1: none), as the replay lowers them: a run ends at an
   // op of another kind and at every collective issue or wait (step_simulator.cpp).
   std::vector<int64_t> run;
@@ -123,7 +113,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
       std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->at_op < b->at_op; });
       const bool freed_first = rs.front()->bytes == 0;
       int64_t size = freed_first ? rec.bytes : 0, from = freed_first ? std::max<int64_t>(0, seen[i].first) : 0;
-      const std::vector<int64_t>& used = touches[id];
+      const std::vector<int64_t>& used = *touched(id);  // every resized id has an entry
       auto piece = [&](int64_t to) {
         if (size <= 0 || to <= from) return;
         LiveRange r{LiveRange::Kind::kResized, 0, id, from, to, size};

@@ -2,9 +2,8 @@
 #include "trainer/simulate/shard_plan.h"
 
 #include <algorithm>
-#include <limits>
-#include <unordered_map>
 
+#include "common/id_map.h"
 #include "trainer/simulate/shard_buckets.h"
 #include "trainer/simulate/shard_sizes.h"
 
@@ -15,38 +14,7 @@ namespace {
 using devices::OpKind;
 using devices::TraceEvent;
 
-// A map from storage ids to values: storage ids are 1, 2, ... (devices::Trace::storages), so
-// a vector by id, with a hash map for any other; the walks below look one up per tensor use.
-class ById {
- public:
-  static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-  static constexpr int64_t kDense = int64_t{1} << 24;  // ids past it (none recorded) hashed
-  const int64_t* find(int64_t id) const {
-    if (id >= 0 && id < kDense) {
-      const size_t i = static_cast<size_t>(id);
-      return i < dense_.size() && dense_[i] != kNone ? &dense_[i] : nullptr;
-    }
-    auto it = other_.find(id);
-    return it == other_.end() ? nullptr : &it->second;
-  }
-  bool count(int64_t id) const { return find(id) != nullptr; }
-  // Adds id -> v if id has no value; returns its value and whether it was added.
-  std::pair<int64_t, bool> emplace(int64_t id, int64_t v) {
-    if (id < 0 || id >= kDense) {
-      auto [it, added] = other_.emplace(id, v);
-      return {it->second, added};
-    }
-    const size_t i = static_cast<size_t>(id);
-    if (i >= dense_.size()) dense_.resize(std::max(i + 1, dense_.size() * 2), kNone);
-    if (dense_[i] != kNone) return {dense_[i], false};
-    dense_[i] = v;
-    return {v, true};
-  }
-
- private:
-  std::vector<int64_t> dense_;
-  std::unordered_map<int64_t, int64_t> other_;
-};
+using ById = IdMap<int64_t>;  // storage id -> a count (numel, or 1 for "written")
 
 // The sizes of one rank that follow the shard degree: shard storages found through the data
 // flow from FSDP's seeds, every use on them classified, FSDP's collectives matched to the
@@ -82,7 +50,7 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
         int64_t numel = 0, n = 0, e = 0;
         const bool propagates = op.kind != OpKind::kMatmul && op.kind != OpKind::kAttention;
         for (const auto& u : op.reads) {
-          if (propagates && last != 0 && !numel_of.count(u.id) && !written.count(u.id) &&
+          if (propagates && last != 0 && !numel_of.contains(u.id) && !written.contains(u.id) &&
               size_class(u.bytes, last, w, &e) != SizeClass::kNone) {
             // No recorded op wrote it: its producer was a composite op whose only leaves were
             // bookkeeping (pow's result_type), run just before on the last shard-sized data.
@@ -98,7 +66,7 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
             if (size_class(u.bytes, numel, w, &e) == SizeClass::kNone) continue;
             auto [had, added] = numel_of.emplace(u.id, numel);
             if (added) changed = true;
-            else if (had != numel)
+            else if (*had != numel)
               return fail(why, op.name + " writes a storage of another parameter's shard");
           }
         for (int pass = 0; pass < 2; ++pass)
