@@ -11,16 +11,10 @@
 
 #include "tests/trainer/kernel_compare.h"
 #include "trainer/model/model.h"
+#include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
 namespace {
-
-ModelArgs tiny_args() {
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
-  a.vocab_size = 50;
-  return a;
-}
 
 // Names of the autograd nodes behind `t` (each node once).
 std::set<std::string> graph_nodes(const torch::Tensor& t) {
@@ -45,7 +39,7 @@ size_t nodes_naming(const std::set<std::string>& names, const std::string& what)
 // the switch really switches (with both models on one path the comparisons could not fail).
 TEST(FusedKernels, ModelSwitchKeepsLossAndGradients) {
   for (bool tied : {false, true}) {
-    ModelArgs a = tiny_args();
+    ModelArgs a = tiny_model_args();
     a.tie_embeddings = tied;
     Transformer fused(a, 40, torch::TensorOptions()), composite(a, 40, torch::TensorOptions());
     fused->init_weights(3);
@@ -74,7 +68,7 @@ TEST(FusedKernels, ModelSwitchKeepsLossAndGradients) {
 }
 
 TEST(FusedKernels, MetaTensorsTakeTheCompositePath) {
-  Transformer model(tiny_args(), 16, torch::TensorOptions().device(torch::kMeta));
+  Transformer model(tiny_model_args(), 16, torch::TensorOptions().device(torch::kMeta));
   auto tokens = torch::empty({2, 16}, torch::TensorOptions().device(torch::kMeta).dtype(torch::kInt64));
   auto logits = model->forward(tokens);
   EXPECT_TRUE(logits.is_meta());

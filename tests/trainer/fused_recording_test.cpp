@@ -10,6 +10,7 @@
 #include "trainer/components/optimizer.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
+#include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
 namespace {
@@ -156,9 +157,7 @@ TEST(FusedRecording, MemoryPeakNamesTheKernelsThatMadeItsTensors) {
 // gradients its backward nodes make are seen only when the next node takes them: they are
 // written by the kernel's backward op (before, by nothing: named after their first reader).
 TEST(Recording, AttentionBackwardWritesTheGradientsOfQKAndV) {
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
-  a.vocab_size = 50;
+  ModelArgs a = tiny_model_args();
   Transformer model(a, 16, kMeta.dtype(torch::kFloat32));
   model->set_fused_kernels(FusedKernels::all(false));
   auto tokens = torch::empty({2, 16}, kMeta.dtype(torch::kInt64));
@@ -178,9 +177,7 @@ TEST(Recording, AttentionBackwardWritesTheGradientsOfQKAndV) {
 // Forward and backward of a 2-layer model on the meta device (or for real on the CPU).
 std::map<std::string, int64_t> record_model(bool model_fused, bool recorder_fused, torch::Dtype dtype,
                                             bool meta = true) {
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
-  a.vocab_size = 50;
+  ModelArgs a = tiny_model_args();
   const auto opts = meta ? kMeta : torch::TensorOptions();
   Transformer model(a, 16, opts.dtype(dtype));
   if (!meta) model->init_weights(1);

@@ -7,16 +7,10 @@
 #include "trainer/config/resolve_model.h"
 #include "trainer/config/job_config.h"
 #include "trainer/model/model.h"
+#include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
 namespace {
-
-ModelArgs tiny_args() {
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
-  a.vocab_size = 50;
-  return a;
-}
 
 double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
@@ -64,7 +58,7 @@ TEST(Model, RopeRotatesPairsHalfApart) {
 }
 
 TEST(Model, GroupedQueryAttentionMatchesNaiveLoops) {
-  ModelArgs a = tiny_args();
+  ModelArgs a = tiny_model_args();
   torch::manual_seed(2);
   Attention attn(a, torch::TensorOptions());
   {
@@ -145,7 +139,7 @@ TEST(Model, NonGatedMlpsMatchFormula) {
 // block has 2 dim x ffn matrices where SwiGLU has 3, and FLOPs per token follow.
 TEST(Model, ParameterCountsFollowTheMlp) {
   for (MlpActivation act : {MlpActivation::kSwiglu, MlpActivation::kGelu, MlpActivation::kRelu}) {
-    ModelArgs a = tiny_args();
+    ModelArgs a = tiny_model_args();
     a.mlp_activation = act;
     Transformer m(a, 8, torch::TensorOptions().device(torch::kMeta));
     int64_t n = 0;
@@ -226,7 +220,7 @@ TEST(Model, NonGatedMlpRunsOnMetaDevice) {
 }
 
 TEST(Model, InitIsDeterministicPerName) {
-  ModelArgs a = tiny_args();
+  ModelArgs a = tiny_model_args();
   Transformer m1(a, 8, torch::TensorOptions()), m2(a, 8, torch::TensorOptions());
   m1->init_weights(7);
   m2->init_weights(7);

@@ -19,18 +19,12 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/model/model.h"
 #include "trainer/simulate/trace_recorder.h"
+#include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
 namespace {
 
 enum class Ac { kNone, kOp, kFull };
-
-ModelArgs tiny_args() {
-  ModelArgs a = model_flavor("qwen3", "debugmodel");
-  a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8, a.ffn_dim = 48;
-  a.vocab_size = 50;
-  return a;
-}
 
 // f(ac) for no AC, op-level AC and full AC.
 template <class F>
@@ -50,7 +44,7 @@ struct RealStep {
 
 // One forward and backward of the tiny model on fixed weights and tokens, in double.
 RealStep real_step(Ac ac, bool fused) {
-  const ModelArgs a = tiny_args();
+  const ModelArgs a = tiny_model_args();
   Transformer m(a, 16, torch::TensorOptions().dtype(torch::kFloat64));
   m->init_weights(3);
   m->set_fused_kernels(FusedKernels::all(fused));
@@ -81,7 +75,7 @@ double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch
 }
 
 TEST(OpCheckpoint, RecomputeRunsOnlyTheDroppedProductsAndGradientsMatch) {
-  const int64_t layers = tiny_args().n_layers;
+  const int64_t layers = tiny_model_args().n_layers;
   for (bool fused : {true, false}) {
     SCOPED_TRACE(fused ? "fused kernels" : "composite ATen ops");
     const auto [none, op, full] = per_ac([&](Ac ac) { return real_step(ac, fused); });
@@ -100,7 +94,7 @@ TEST(OpCheckpoint, RecomputeRunsOnlyTheDroppedProductsAndGradientsMatch) {
 // The recorded step on the meta device for a chip with flash attention, with the composite
 // linears (an accelerator) or the fused kernels kept as one op each (the cpu device).
 std::map<std::string, int64_t> recorded_ops(Ac ac, bool fused_kernels) {
-  const ModelArgs a = tiny_args();
+  const ModelArgs a = tiny_model_args();
   Transformer m(a, 16, torch::TensorOptions().device(torch::kMeta));
   m->set_fused_kernels(FusedKernels::all(fused_kernels));
   apply_ac(m, ac);
@@ -116,7 +110,7 @@ int64_t count(const std::map<std::string, int64_t>& ops, const std::string& name
 }
 
 TEST(OpCheckpoint, RecordingHoldsTheRecomputeWithoutTheKeptOps) {
-  const int64_t layers = tiny_args().n_layers;
+  const int64_t layers = tiny_model_args().n_layers;
   for (bool fused : {false, true}) {
     SCOPED_TRACE(fused ? "fused kernels recorded" : "composite linears recorded");
     const auto [none, op, full] = per_ac([&](Ac ac) { return recorded_ops(ac, fused); });
@@ -179,7 +173,7 @@ TEST(OpCheckpoint, DeferredLinearsFollowThePolicy) {
 // reused, as it does for the model's own reused linears: the memory walk then has every such
 // input live from the recompute to its weight gradient (before, from the W action only).
 TEST(OpCheckpoint, ReusedDeferredLinearsKeepTheirInputsLiveUntilTheWeightGradients) {
-  const ModelArgs a = tiny_args();
+  const ModelArgs a = tiny_model_args();
   for (bool fused : {false, true}) {
     SCOPED_TRACE(fused ? "fused kernels recorded" : "composite ops recorded");
     Transformer m(a, 16, torch::TensorOptions().device(torch::kMeta));
