@@ -64,10 +64,13 @@ std::vector<TraceEvent> Trace::take_events() {
 // recording the whole trace again with the writes in place would (without copying a single op).
 void Trace::add_writes(std::vector<std::pair<int64_t, TensorUse>> writes) {
   std::stable_sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (writes.empty()) return;
+  // Checked before any is added, so that a bad index leaves the trace as it was.
+  const int64_t lo = writes.front().first, hi = writes.back().first;
+  TITAN_CHECK(lo >= 0 && static_cast<size_t>(hi) < op_event_.size(), "a write added to op ", lo < 0 ? lo : hi, " of ",
+              op_event_.size());
   std::unordered_map<int64_t, Writer> relinked;  // the named tensors, each's writer so far
   for (const auto& [op, use] : writes) {
-    TITAN_CHECK(op >= 0 && static_cast<size_t>(op) < op_event_.size(), "a write added to op ", op, " of ",
-                op_event_.size());
     OpDesc& d = events_[op_event_[static_cast<size_t>(op)]].op;
     d.writes.push_back(use);
     d.last_read_by.push_back(-1);

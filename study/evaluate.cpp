@@ -65,6 +65,18 @@ std::string key_value(const JobConfig& cfg, const std::string& key) {
 
 namespace {
 
+using RecordingFuture = std::shared_future<std::shared_ptr<const RecordedStep>>;
+
+// The i-th recording prefetch queued, if it queued what this caller asks for (the three layer
+// samples, or the config itself), counted as a lookup; else cfg's, asked for now.
+RecordingFuture take_or_request(const JobConfig& cfg, RecordingCache& cache, Prefetched* pre, bool sampled, size_t i) {
+  if (pre && pre->sampled == sampled && pre->recs.size() == (sampled ? 3u : 1u)) {
+    cache.count_lookup();
+    return std::move(pre->recs[i]);
+  }
+  return cache.request(cfg);
+}
+
 // The point's figures from three shallow recordings (layer_extrapolation.h); false when the
 // config does not sample (too shallow, stage count follows depth), a sample fails to record
 // (a depth the stage split refuses) or a figure is not affine in depth: the caller then
@@ -87,18 +99,12 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
       for (auto& l : last)
         if (!have[j] && l.first == s.layers[j]) f[j] = std::move(l.second), have[j] = true, l.first = -1;
     std::array<JobConfig, 3> cfgs;
-    std::array<std::shared_future<std::shared_ptr<const RecordedStep>>, 3> recs;
+    std::array<RecordingFuture, 3> recs;
     // The first samples' recordings: prefetch asked for them already.
-    const bool prefetched = pre && pre->sampled && pre->recs.size() == 3;
     for (size_t j = 0; j < 3; ++j) {
       if (have[j]) continue;
       cfgs[j] = with_layers(cfg, s.layers[j]);
-      if (!prefetched) {
-        recs[j] = cache.request(cfgs[j]);
-        continue;
-      }
-      cache.count_lookup();
-      recs[j] = std::move(pre->recs[j]);
+      recs[j] = take_or_request(cfgs[j], cache, pre, /*sampled=*/true, j);
     }
     if (pre) pre->recs.clear();
     try {
@@ -136,13 +142,7 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* p
                      extrapolated_result(cfg, chip, cache, &p.result, &p.full_depth_reason, pre);
     ++(p.extrapolated ? cache.extrapolated : cache.full_depth);
     if (!p.extrapolated) {
-      std::shared_future<std::shared_ptr<const RecordedStep>> fut;
-      if (pre && !pre->sampled && pre->recs.size() == 1) {
-        cache.count_lookup();
-        fut = std::move(pre->recs[0]);
-      } else {
-        fut = cache.request(cfg);
-      }
+      RecordingFuture fut = take_or_request(cfg, cache, pre, /*sampled=*/false, 0);
       if (pre) pre->recs.clear();
       const std::shared_ptr<const RecordedStep> rec = fut.get();
       fut = {};

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
+
 namespace titan::devices {
 namespace {
 
@@ -100,6 +102,19 @@ TEST(Trace, AddWritesLinksAsIfTheWritesHadBeenRecorded) {
     late.compute(after);
     expect_same(whole, late);
     if (HasFailure()) FAIL() << "round " << round;
+  }
+}
+
+// A write to an op the trace does not hold is refused before any write is added, so the trace
+// stays as it was (here the valid write to op 0 comes first in op order).
+TEST(Trace, AddWritesWithABadOpIndexLeavesTheTraceAsItWas) {
+  Trace t;
+  t.compute(op({}, {{1, 8}}));
+  t.compute(op({{1, 8}}, {{2, 8}}));
+  const Trace before = t;
+  for (const int64_t bad : {int64_t{2}, int64_t{-1}}) {
+    EXPECT_THROW(t.add_writes({{0, TensorUse{3, 8}}, {bad, TensorUse{4, 8}}}), Error) << "op " << bad;
+    expect_same(before, t);
   }
 }
 
