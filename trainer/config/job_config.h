@@ -33,9 +33,10 @@ struct ModelSection : ModelShape {
   // Mixture of experts (the sizes are ModelShape's moe_*; trainer/model/moe.h).
   FlavorBool moe_norm_topk_prob = FlavorBool::kFlavor;
   double moe_aux_loss_coeff = -1;    // -1: the flavor's
-  double moe_bias_update_coeff = 0;  // TorchTitan's aux-loss-free balancing (0: off)
-  double moe_capacity_factor = 0;    // 0: dropless
-  // One grouped matmul per expert projection (else a loop); its default is ModelArgs's.
+  // Aux-loss-free balancing, token capacity, one grouped matmul per expert projection (else a
+  // loop): their defaults are ModelArgs's.
+  double moe_bias_update_coeff = ModelArgs().moe_bias_update_coeff;
+  double moe_capacity_factor = ModelArgs().moe_capacity_factor;
   bool moe_grouped_mm = ModelArgs().moe_grouped_mm;
 };
 
