@@ -1,6 +1,8 @@
 // Config loading: precedence (command line > file > defaults) and the error for each bad input.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
 
@@ -34,6 +36,35 @@ TEST(Config, DefaultsFileAndCommandLinePrecedence) {
   EXPECT_DOUBLE_EQ(cfg.optimizer.lr, 1e-3);
   apply_override(cfg, "checkpoint.enable", "true");
   EXPECT_TRUE(cfg.checkpoint.enable);
+}
+
+// Overrides share one key table (config_keys.h, KeyTable) and write through an offset into
+// the config given: each lands in its own config only, from several threads at once (a study
+// applies them on every replay thread), and the table's own config keeps its defaults.
+TEST(Config, OverridesWriteOnlyTheirOwnConfig) {
+  std::vector<JobConfig> cfgs(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cfgs.size(); ++i)
+    threads.emplace_back([&cfgs, i] {
+      for (int rep = 0; rep < 200; ++rep) {
+        apply_override(cfgs[i], "training.seq_len", std::to_string(100 + i));
+        apply_override(cfgs[i], "comm.collective_mode", i % 2 ? "separate" : "fused");
+        apply_override(cfgs[i], "checkpoint.exclude_from_loading", "a" + std::to_string(i) + ",b");
+        apply_override(cfgs[i], "training.data.dataset", "text");  // an alias of training.dataset
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < cfgs.size(); ++i) {
+    EXPECT_EQ(cfgs[i].training.seq_len, static_cast<int64_t>(100 + i));
+    EXPECT_EQ(to_string(cfgs[i].comm.collective_mode), i % 2 ? "separate" : "fused");
+    EXPECT_EQ(cfgs[i].checkpoint.exclude_from_loading, (std::vector<std::string>{"a" + std::to_string(i), "b"}));
+    EXPECT_EQ(to_string(cfgs[i].training.dataset), "text");
+  }
+  const JobConfig defaults;
+  JobConfig fresh;
+  apply_override(fresh, "model.n_layers", "3");
+  EXPECT_EQ(fresh.training.seq_len, defaults.training.seq_len);
+  EXPECT_EQ(fresh.model.n_layers, 3);
 }
 
 TEST(Config, LoadJobConfigParsesBothOverrideForms) {

@@ -1,5 +1,8 @@
 #include "trainer/config/config_keys.h"
 
+#include <functional>
+#include <type_traits>
+
 namespace titan {
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -240,5 +243,31 @@ Registry make_registry(JobConfig& c) {
   return r;
 }
 
+KeyTable::KeyTable() : reg_(make_registry(proto_)) {
+  const auto* base = reinterpret_cast<const char*>(&proto_);
+  for (const KeySpec& s : reg_.keys) {
+    const auto* field = static_cast<const char*>(std::visit(
+        [](const auto& f) -> const void* {
+          if constexpr (std::is_same_v<std::decay_t<decltype(f)>, EnumField>) return f.at;
+          else return f;
+        },
+        s.field));
+    if (std::less<const char*>()(field, base) || !std::less<const char*>()(field, base + sizeof(JobConfig))) {
+      by_name_.clear();
+      return;
+    }
+    by_name_.emplace(s.full(), &s);
+  }
+}
+
+const KeyTable& KeyTable::get() {
+  static const KeyTable table;
+  return table;
+}
+
+const KeySpec* KeyTable::find(const std::string& full) const {
+  auto it = by_name_.find(full);
+  return it == by_name_.end() ? nullptr : it->second;
+}
 
 }  // namespace titan

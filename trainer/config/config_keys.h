@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -13,11 +14,16 @@
 
 namespace titan {
 
-// A choice key: reads and writes an enum field by its index into `names`.
+// A choice key: reads and writes an enum field by its index into `names`. The field is an
+// address and two plain functions of it (not closures over it), so that the loader can aim a
+// key at another config's field (config_loader.cpp keeps one registry for every override).
 struct EnumField {
   std::vector<std::string> names;
-  std::function<size_t()> get;
-  std::function<void(size_t)> set;
+  void* at = nullptr;
+  size_t (*read)(const void* field) = nullptr;
+  void (*write)(void* field, size_t index) = nullptr;
+  size_t get() const { return read(at); }
+  void set(size_t i) const { write(at, i); }
 };
 
 using KeyField = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*, EnumField>;
@@ -57,13 +63,32 @@ struct Registry {
   }
   template <typename E>
   void add(const std::string& s, const std::string& k, E* f, const std::string& help) {
-    EnumField e{enum_names<E>(), [f] { return static_cast<size_t>(*f); },
-                [f](size_t i) { *f = static_cast<E>(i); }};
+    EnumField e{enum_names<E>(), f, [](const void* p) { return static_cast<size_t>(*static_cast<const E*>(p)); },
+                [](void* p, size_t i) { *static_cast<E*>(p) = static_cast<E>(i); }};
     keys.push_back({s, k, std::move(e), 0, 0, help});
   }
 };
 
 // Every key of `cfg`, in the order --help and saved configs list them; fields point into cfg.
 Registry make_registry(JobConfig& cfg);
+
+// One registry for every override: a study applies some ten per configuration, and building
+// the registry (200 keys with their help texts) per override was most of applying one. Its
+// entries' fields lie in proto(); a caller writes the same field of its own config, at the
+// same offset (config_loader.cpp). Built once, read-only after, so shared by threads.
+class KeyTable {
+ public:
+  static const KeyTable& get();
+  // The key of that full name ("section.key"); null if none, or if some field lies outside
+  // the config (then no offset would name it, and callers build a registry of their own).
+  const KeySpec* find(const std::string& full) const;
+  const JobConfig& proto() const { return proto_; }
+
+ private:
+  KeyTable();
+  JobConfig proto_;
+  Registry reg_;
+  std::unordered_map<std::string, const KeySpec*> by_name_;
+};
 
 }  // namespace titan

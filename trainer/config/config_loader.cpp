@@ -131,13 +131,26 @@ std::string node_text(const toml::node& n) {
   return os.str();
 }
 
+// Where a key's value goes: the field its registry entry names, or, for an entry of the
+// shared KeyTable (config_keys.h), the same field of another config.
+struct Target {
+  const JobConfig* proto = nullptr;  // the config the entry's fields are in; null: write there
+  JobConfig* cfg = nullptr;
+  template <typename T>
+  T* operator()(T* field) const {
+    if (!proto) return field;
+    const auto offset = reinterpret_cast<const char*>(field) - reinterpret_cast<const char*>(proto);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(cfg) + offset);
+  }
+};
+
 // Sets the field from a value given as text (an override, or a TOML string/number turned to
 // text by the caller after its own type check).
-void set_choice(const KeySpec& s, const EnumField& e, const std::string& v, const std::string& where) {
+void set_choice(const KeySpec& s, const EnumField& e, const std::string& v, const std::string& where, Target to) {
   auto it = std::find(e.names.begin(), e.names.end(), v);
   TITAN_CONFIG_CHECK(it != e.names.end(), where, "invalid value \"", v, "\" for '", s.full(),
                      "': expected one of ", join(e.names, ", "));
-  e.set(static_cast<size_t>(it - e.names.begin()));
+  e.write(to(e.at), static_cast<size_t>(it - e.names.begin()));
 }
 
 template <typename T>
@@ -158,30 +171,34 @@ T parse_number(const KeySpec& s, const std::string& v, const std::string& shown,
   return x;
 }
 
-void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where) {
+void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where, Target to = {}) {
   const std::string shown = node_text(n);
   struct Visitor {
     const KeySpec& s;
     const toml::node& n;
     const std::string& shown;
     const std::string& where;
-    void operator()(bool* f) const {
+    Target to;
+    void operator()(bool* field) const {
+      bool* f = to(field);
       if (!n.is_boolean()) wrong_type(s, shown, where);
       *f = n.as_boolean()->get();
     }
-    void operator()(int64_t* f) const {
+    void operator()(int64_t* field) const {
+      int64_t* f = to(field);
       if (!n.is_integer()) wrong_type(s, shown, where);
       *f = n.as_integer()->get();
       check_number(s, static_cast<double>(*f), shown, where);
     }
-    void operator()(double* f) const {
+    void operator()(double* field) const {
+      double* f = to(field);
       if (!n.is_number()) wrong_type(s, shown, where);
       *f = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
       check_number(s, *f, shown, where);
     }
     void operator()(std::string* f) const {
       if (!n.is_string()) wrong_type(s, shown, where);
-      *f = n.as_string()->get();
+      *to(f) = n.as_string()->get();
     }
     void operator()(std::vector<std::string>* f) const {
       auto* arr = n.as_array();
@@ -191,24 +208,26 @@ void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& whe
         if (!e.is_string()) wrong_type(s, shown, where);
         out.push_back(e.as_string()->get());
       }
-      *f = out;
+      *to(f) = out;
     }
     void operator()(const EnumField& e) const {
       if (!n.is_string()) wrong_type(s, shown, where);
-      set_choice(s, e, n.as_string()->get(), where);
+      set_choice(s, e, n.as_string()->get(), where, to);
     }
   };
-  std::visit(Visitor{s, n, shown, where}, s.field);
+  std::visit(Visitor{s, n, shown, where, to}, s.field);
 }
 
-void set_from_text(const KeySpec& s, const std::string& v, const std::string& where) {
+void set_from_text(const KeySpec& s, const std::string& v, const std::string& where, Target to = {}) {
   const std::string shown = "'" + v + "'";
   struct Visitor {
     const KeySpec& s;
     const std::string& v;
     const std::string& shown;
     const std::string& where;
-    void operator()(bool* f) const {
+    Target to;
+    void operator()(bool* field) const {
+      bool* f = to(field);
       if (v == "true" || v == "1") {
         *f = true;
       } else if (v == "false" || v == "0") {
@@ -217,9 +236,9 @@ void set_from_text(const KeySpec& s, const std::string& v, const std::string& wh
         wrong_type(s, shown, where);
       }
     }
-    void operator()(int64_t* f) const { *f = parse_number<int64_t>(s, v, shown, where); }
-    void operator()(double* f) const { *f = parse_number<double>(s, v, shown, where); }
-    void operator()(std::string* f) const { *f = v; }
+    void operator()(int64_t* f) const { *to(f) = parse_number<int64_t>(s, v, shown, where); }
+    void operator()(double* f) const { *to(f) = parse_number<double>(s, v, shown, where); }
+    void operator()(std::string* f) const { *to(f) = v; }
     void operator()(std::vector<std::string>* f) const {
       if (!v.empty() && v.front() == '[') {  // the TOML form, as in a config file: ["a", "b"]
         toml::table t;
@@ -228,7 +247,7 @@ void set_from_text(const KeySpec& s, const std::string& v, const std::string& wh
         } catch (const std::exception&) {
           wrong_type(s, shown, where);
         }
-        set_from_toml(s, *t["v"].node(), where);
+        set_from_toml(s, *t["v"].node(), where, to);
         return;
       }
       std::vector<std::string> out;  // else comma-separated: a,b
@@ -237,11 +256,11 @@ void set_from_text(const KeySpec& s, const std::string& v, const std::string& wh
       while (std::getline(ss, item, ',')) {
         if (!item.empty()) out.push_back(item);
       }
-      *f = out;
+      *to(f) = out;
     }
-    void operator()(const EnumField& e) const { set_choice(s, e, v, where); }
+    void operator()(const EnumField& e) const { set_choice(s, e, v, where, to); }
   };
-  std::visit(Visitor{s, v, shown, where}, s.field);
+  std::visit(Visitor{s, v, shown, where, to}, s.field);
 }
 
 // Every value of a section with its dotted key; sub-tables ([quantize.linear.float8]) are joined
@@ -328,6 +347,10 @@ void apply_override(JobConfig& cfg, const std::string& key, const std::string& v
   const std::string where = "command line --" + key + ": ";
   auto dot = key.find('.');
   TITAN_CONFIG_CHECK(dot != std::string::npos, where, "expected --section.key, got --", key);
+  // As resolve_key finds a registered key; anything else (TorchTitan's keys, errors) there.
+  const KeyTable& table = KeyTable::get();
+  if (const KeySpec* spec = table.find(titan_key_for(key)))
+    return set_from_text(*spec, titan_value(cfg, *spec, value), where, Target{&table.proto(), &cfg});
   Registry reg = make_registry(cfg);
   KeySpec* spec = resolve_key(cfg, reg, key, where);
   if (spec) set_from_text(*spec, titan_value(cfg, *spec, value), where);
