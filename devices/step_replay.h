@@ -90,9 +90,13 @@ class Replay {
 
   // The task of collective c, or of its `share` (one ring step), on the physical axes its group
   // spans: `launch` is this task's launch, `whole_launch` the whole collective's, which with
-  // its latency decides whether it counts as latency- or bandwidth-bound.
-  TimelineTask collective_task(const CollectiveDesc& c, const std::vector<AxisSegment>& segments,
-                               const CollectiveCost& cost, double share, double launch, double whole_launch);
+  // its latency decides whether it counts as latency- or bandwidth-bound. Fills fresh_task().
+  TimelineTask& collective_task(const CollectiveDesc& c, const std::vector<AxisSegment>& segments,
+                                const CollectiveCost& cost, double share, double launch, double whole_launch);
+
+  // task_ as a default TimelineTask, keeping its vectors' and strings' buffers: the timeline
+  // copies what it is given, so one task is filled again for each (no allocation per task).
+  TimelineTask& fresh_task();
 
   // A collective async TP decomposes, as its tp - 1 ring steps on its stream, each a share of
   // the whole collective's time (the launch with the first). A reduce-scatter's step s sends
@@ -111,6 +115,7 @@ class Replay {
   bool time_only_ = false;
   double sep_launch_ = 0;
   Timeline timeline_;
+  TimelineTask task_;  // see fresh_task
   int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
   std::unordered_map<int64_t, int64_t> work_task_;

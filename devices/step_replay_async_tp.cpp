@@ -47,15 +47,15 @@ std::vector<int64_t> Replay::add_ring_steps(const CollectiveDesc& c, const std::
   const bool chunked = c.kind == CollectiveKind::kReduceScatter && !scatter_chunks_.empty();
   std::vector<int64_t> ids;
   for (int64_t s = 0; s < steps; ++s) {
-    TimelineTask t = collective_task(c, segments, cost, share, s == 0 ? launch_s : 0.0, launch_s);
+    TimelineTask& t = collective_task(c, segments, cost, share, s == 0 ? launch_s : 0.0, launch_s);
     if (chunked) {
-      t.deps = {scatter_chunks_[static_cast<size_t>(s)]};
+      t.deps.assign(1, scatter_chunks_[static_cast<size_t>(s)]);
       for (int64_t d : deps)
         if (d != bucket_dep_) t.deps.push_back(d);  // the host's issue, not the compute before
     } else if (s == 0) {
-      t.deps = deps;
+      t.deps.assign(deps.begin(), deps.end());
     }
-    ids.push_back(timeline_.add(std::move(t)));
+    ids.push_back(timeline_.add(t));
   }
   scatter_chunks_.clear();
   ++collectives_;
@@ -66,14 +66,14 @@ int64_t Replay::add_host_copy(const CollectiveDesc& c, const std::vector<int64_t
   const ChipSpec& chip = model_.chip();
   TITAN_CONFIG_CHECK(chip.is_host() || chip.host_link_bytes_per_s > 0, "activation offload on ", chip.name,
                      ": its chip file gives no [host] link_bytes_per_s (devices/chips/)");
-  TimelineTask t;
+  TimelineTask& t = fresh_task();
   t.stream = comm_stream(c.stream);
-  t.deps = deps;
+  t.deps.assign(deps.begin(), deps.end());
   t.duration_s = chip.is_host() ? 0.0 : static_cast<double>(c.bytes) / chip.host_link_bytes_per_s;
-  t.category = std::string(collective_name(c.kind)) + " " + c.group;
+  t.category.assign(collective_name(c.kind)).append(" ").append(c.group);
   t.basis = kBandwidthBoundComm;
   ++collectives_;
-  return timeline_.add(std::move(t));
+  return timeline_.add(t);
 }
 
 }  // namespace titan::devices::detail

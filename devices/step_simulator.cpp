@@ -154,16 +154,29 @@ void Replay::add_kernel(const Kernel& k) {
   count_kernel(k);
 }
 
+TimelineTask& Replay::fresh_task() {
+  TimelineTask& t = task_;
+  t.deps.clear();
+  t.links.clear();
+  t.category.clear();
+  t.overhead_category = "launch overhead";
+  t.stream = 0;
+  t.duration_s = t.ready_s = t.overhead_s = t.shared_s = 0;
+  t.rate_under_comm = 1;
+  t.basis = t.overhead_basis = t.slowdown_basis = -1;
+  return t;
+}
+
 int64_t Replay::add_host(const Kernel& k) {
-  TimelineTask h;
+  TimelineTask& h = fresh_task();
   h.stream = host_;
   h.duration_s = k.host_s;
   if (!model_.overheads().async && last_compute_ >= 0) h.deps.push_back(last_compute_);
-  return last_host_ = timeline_.add(std::move(h));
+  return last_host_ = timeline_.add(h);
 }
 
 int64_t Replay::add_compute(const Kernel& k, double share, bool launch, int basis) {
-  TimelineTask t;
+  TimelineTask& t = fresh_task();
   t.stream = compute_;
   t.duration_s = (launch ? k.launch_s : 0.0) + k.exec_s * share;
   t.overhead_s = launch ? k.launch_s : 0.0;
@@ -172,9 +185,10 @@ int64_t Replay::add_compute(const Kernel& k, double share, bool launch, int basi
   t.basis = basis;
   t.overhead_basis = kLaunchGaps;
   t.slowdown_basis = kCommSlowdown;
-  t.deps.swap(next_compute_deps_);
+  t.deps.assign(next_compute_deps_.begin(), next_compute_deps_.end());
+  next_compute_deps_.clear();
   t.deps.push_back(last_host_);
-  return last_compute_ = timeline_.add(std::move(t));
+  return last_compute_ = timeline_.add(t);
 }
 
 void Replay::count_kernel(const Kernel& k) {
@@ -235,15 +249,15 @@ int64_t Replay::add_collective(const CollectiveDesc& c, const std::vector<int64_
   const std::vector<AxisSegment> segments = placement_.group(c.group);
   CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
   const double launch = cost.group_size > 1 ? launch_s : 0.0;
-  TimelineTask t = collective_task(c, segments, cost, 1.0, launch, launch);
-  t.deps = deps;
+  TimelineTask& t = collective_task(c, segments, cost, 1.0, launch, launch);
+  t.deps.assign(deps.begin(), deps.end());
   ++collectives_;
-  return timeline_.add(std::move(t));
+  return timeline_.add(t);
 }
 
-TimelineTask Replay::collective_task(const CollectiveDesc& c, const std::vector<AxisSegment>& segments,
-                             const CollectiveCost& cost, double share, double launch, double whole_launch) {
-  TimelineTask t;
+TimelineTask& Replay::collective_task(const CollectiveDesc& c, const std::vector<AxisSegment>& segments,
+                                      const CollectiveCost& cost, double share, double launch, double whole_launch) {
+  TimelineTask& t = fresh_task();
   t.stream = comm_stream(c.stream);
   t.duration_s = cost.total_s() * share + launch;
   t.shared_s = cost.bandwidth_s * share;
@@ -252,7 +266,7 @@ TimelineTask Replay::collective_task(const CollectiveDesc& c, const std::vector<
   t.overhead_s = launch;
   if (!time_only_) {
     t.overhead_category = "collective launch";
-    t.category = std::string(collective_name(c.kind)) + " " + c.group;
+    t.category.assign(collective_name(c.kind)).append(" ").append(c.group);
   }
   t.basis = cost.latency_s + whole_launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
   return t;

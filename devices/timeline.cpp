@@ -56,13 +56,34 @@ double minus_length(const Intervals& a, const Intervals& b) {
 
 }  // namespace
 
-std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows) {
-  std::vector<double> rate(flows.size(), -1.0);
-  std::map<int, double> capacity;
-  for (const auto& f : flows)
-    for (int l : f) capacity[l] = 1.0;
+namespace {
+
+using Flow = std::pair<const int*, const int*>;  // a flow's links, [first, second)
+
+bool uses(const Flow& f, int link) { return std::find(f.first, f.second, link) != f.second; }
+
+// max_min_fair_rates over link ranges, into buffers the caller keeps (Timeline::run calls
+// it at every event). `capacity` holds each link once, in link order, as a std::map would.
+void fair_rates(const std::vector<Flow>& flows, std::vector<double>* rate_out,
+                std::vector<std::pair<int, double>>* capacity_buf) {
+  std::vector<double>& rate = *rate_out;
+  rate.assign(flows.size(), -1.0);
+  // One flow alone gets every link it uses: 1 / 1 below, or 1 with no links.
+  if (flows.size() == 1) {
+    rate[0] = 1.0;
+    return;
+  }
+  std::vector<std::pair<int, double>>& capacity = *capacity_buf;
+  capacity.clear();
+  for (const Flow& f : flows)
+    for (const int* l = f.first; l != f.second; ++l) capacity.emplace_back(*l, 1.0);
+  std::sort(capacity.begin(), capacity.end());
+  capacity.erase(std::unique(capacity.begin(), capacity.end()), capacity.end());
+  auto cap_of = [&](int link) -> double& {
+    return std::lower_bound(capacity.begin(), capacity.end(), std::make_pair(link, -1.0))->second;
+  };
   for (size_t i = 0; i < flows.size(); ++i)
-    if (flows[i].empty()) rate[i] = 1.0;
+    if (flows[i].first == flows[i].second) rate[i] = 1.0;
   // Progressive filling: the link whose capacity, split over its unfixed flows, is the
   // smallest fixes those flows at that share; repeat with what the other links have left.
   while (true) {
@@ -71,8 +92,7 @@ std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flow
     for (const auto& [link, cap] : capacity) {
       int unfixed = 0;
       for (size_t i = 0; i < flows.size(); ++i)
-        if (rate[i] < 0 && std::find(flows[i].begin(), flows[i].end(), link) != flows[i].end())
-          ++unfixed;
+        if (rate[i] < 0 && uses(flows[i], link)) ++unfixed;
       if (unfixed > 0 && (best < 0 || cap / unfixed < best)) {
         best = cap / unfixed;
         bottleneck = link;
@@ -80,13 +100,24 @@ std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flow
     }
     if (best < 0) break;
     for (size_t i = 0; i < flows.size(); ++i) {
-      if (rate[i] >= 0 ||
-          std::find(flows[i].begin(), flows[i].end(), bottleneck) == flows[i].end())
-        continue;
+      if (rate[i] >= 0 || !uses(flows[i], bottleneck)) continue;
       rate[i] = best;
-      for (int l : flows[i]) capacity[l] = std::max(0.0, capacity[l] - best);
+      for (const int* l = flows[i].first; l != flows[i].second; ++l) {
+        double& c = cap_of(*l);
+        c = std::max(0.0, c - best);
+      }
     }
   }
+}
+
+}  // namespace
+
+std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows) {
+  std::vector<Flow> f;
+  for (const auto& links : flows) f.emplace_back(links.data(), links.data() + links.size());
+  std::vector<double> rate;
+  std::vector<std::pair<int, double>> capacity;
+  fair_rates(f, &rate, &capacity);
   return rate;
 }
 
@@ -102,9 +133,21 @@ int Timeline::add_stream(const std::string& name, StreamKind kind) {
   return static_cast<int>(streams_.size()) - 1;
 }
 
-int64_t Timeline::add(const TimelineTask& task) { return add(TimelineTask(task)); }
+void Timeline::reserve(size_t tasks) {
+  tasks_.reserve(tasks);
+  deps_.reserve(2 * tasks);
+}
 
-int64_t Timeline::add(TimelineTask&& task) {
+uint32_t Timeline::intern(const std::string& name, uint32_t* hint) {
+  // A handful of names, runs of tasks sharing one: the last hit first, then a scan.
+  if (*hint < categories_.size() && categories_[*hint] == name) return *hint;
+  for (uint32_t i = 0; i < categories_.size(); ++i)
+    if (categories_[i] == name) return *hint = i;
+  categories_.push_back(name);
+  return *hint = static_cast<uint32_t>(categories_.size() - 1);
+}
+
+int64_t Timeline::add(const TimelineTask& task) {
   TITAN_CHECK(task.stream >= 0 && task.stream < static_cast<int>(streams_.size()),
               "timeline task on unknown stream ", task.stream);
   TITAN_CHECK(task.duration_s >= 0, "negative task duration ", task.duration_s);
@@ -115,8 +158,19 @@ int64_t Timeline::add(TimelineTask&& task) {
   const int64_t id = static_cast<int64_t>(tasks_.size());
   for (int64_t d : task.deps)
     TITAN_CHECK(d >= 0 && d < id, "task depends on a task not yet added: ", d);
+  Task t{task.stream,     task.duration_s,    task.ready_s,       task.overhead_s,
+         task.shared_s,   task.rate_under_comm, task.basis,       task.overhead_basis,
+         task.slowdown_basis};
+  t.category = intern(task.category, &category_hint_);
+  t.overhead_category = intern(task.overhead_category, &overhead_hint_);
+  t.deps_begin = static_cast<uint32_t>(deps_.size());
+  deps_.insert(deps_.end(), task.deps.begin(), task.deps.end());
+  t.deps_end = static_cast<uint32_t>(deps_.size());
+  t.links_begin = static_cast<uint32_t>(links_.size());
+  links_.insert(links_.end(), task.links.begin(), task.links.end());
+  t.links_end = static_cast<uint32_t>(links_.size());
   streams_[static_cast<size_t>(task.stream)].tasks.push_back(id);
-  tasks_.push_back(std::move(task));
+  tasks_.push_back(t);
   dirty_ = true;
   return id;
 }
@@ -133,7 +187,7 @@ std::vector<TimelineEvent> Timeline::events() const {
   out.reserve(tasks_.size());
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const Stream& st = streams_[static_cast<size_t>(tasks_[i].stream)];
-    out.push_back({st.name, st.kind, tasks_[i].category, timings_[i].start_s, timings_[i].end_s});
+    out.push_back({st.name, st.kind, categories_[tasks_[i].category], timings_[i].start_s, timings_[i].end_s});
   }
   return out;
 }
@@ -155,16 +209,18 @@ void Timeline::run() const {
   };
   std::vector<Slot> slot(ns);
   std::vector<double> rate(ns, 1.0);
-  std::vector<std::vector<int>> flows;
+  std::vector<Flow> flows;
   std::vector<size_t> flow_stream;
+  std::vector<double> fair;
+  std::vector<std::pair<int, double>> capacity;
   double t = 0;
   size_t finished = 0;
   auto startable = [&](size_t s, bool* waits_for_time) {
     *waits_for_time = false;
     if (slot[s].id >= 0 || head[s] >= streams_[s].tasks.size()) return false;
-    const TimelineTask& k = tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])];
-    for (int64_t d : k.deps)
-      if (!done[static_cast<size_t>(d)]) return false;
+    const Task& k = tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])];
+    for (uint32_t d = k.deps_begin; d < k.deps_end; ++d)
+      if (!done[static_cast<size_t>(deps_[d])]) return false;
     *waits_for_time = k.ready_s > t;
     return !*waits_for_time;
   };
@@ -182,7 +238,7 @@ void Timeline::run() const {
         bool wait = false;
         if (!startable(s, &wait)) continue;
         const int64_t id = streams_[s].tasks[head[s]];
-        const TimelineTask& k = tasks_[static_cast<size_t>(id)];
+        const Task& k = tasks_[static_cast<size_t>(id)];
         timings_[static_cast<size_t>(id)].start_s = t;
         slot[s] = Slot{id, k.duration_s - k.shared_s, k.shared_s};
         if (k.duration_s <= 0) finish(s, id);
@@ -197,11 +253,12 @@ void Timeline::run() const {
       if (slot[s].id < 0 || streams_[s].kind != StreamKind::kCommunication) continue;
       comm_active = true;
       if (slot[s].fixed <= 0) {
-        flows.push_back(tasks_[static_cast<size_t>(slot[s].id)].links);
+        const Task& k = tasks_[static_cast<size_t>(slot[s].id)];
+        flows.emplace_back(links_.data() + k.links_begin, links_.data() + k.links_end);
         flow_stream.push_back(s);
       }
     }
-    const std::vector<double> fair = max_min_fair_rates(flows);
+    fair_rates(flows, &fair, &capacity);
     for (size_t s = 0; s < ns; ++s) rate[s] = 1.0;
     for (size_t f = 0; f < flows.size(); ++f) rate[flow_stream[f]] = fair[f];
     double dt = std::numeric_limits<double>::infinity();
@@ -241,17 +298,24 @@ TimelineSummary Timeline::summarize() const {
   if (dirty_) run();
   TimelineSummary r;
   Intervals compute, comm;
+  compute.reserve(tasks_.size());
   std::vector<double> busy(streams_.size(), 0.0);
-  // Busy seconds per category: a handful of names, each task's looked up from the last one
-  // found (runs of tasks share one), in a table put in name order at the end as a map would.
-  std::vector<std::pair<std::string, double>> cats;
-  size_t last_cat = 0;
-  auto cat = [&](const std::string& name) -> double& {
-    if (last_cat < cats.size() && cats[last_cat].first == name) return cats[last_cat].second;
-    for (last_cat = 0; last_cat < cats.size(); ++last_cat)
-      if (cats[last_cat].first == name) return cats[last_cat].second;
-    cats.emplace_back(name, 0.0);
-    return cats.back().second;
+  // Busy seconds per category by its id; the two the summary adds take the ids of tasks'
+  // categories of the same name, else two of their own.
+  const uint32_t nc = static_cast<uint32_t>(categories_.size());
+  auto id_of = [&](const char* name, uint32_t own) {
+    for (uint32_t i = 0; i < nc; ++i)
+      if (categories_[i] == name) return i;
+    return own;
+  };
+  static const char* const kShared = "shared links";
+  static const char* const kSlowed = "compute slowed by communication";
+  const uint32_t shared_id = id_of(kShared, nc), slowed_id = id_of(kSlowed, nc + 1);
+  std::vector<double> seconds(nc + 2, 0.0);
+  std::vector<char> used(nc + 2, 0);
+  auto cat = [&](uint32_t id) -> double& {
+    used[id] = 1;
+    return seconds[id];
   };
   std::map<int, Intervals> comm_by_basis;
   auto add_basis = [&r](int b, double s) {
@@ -260,7 +324,7 @@ TimelineSummary Timeline::summarize() const {
     r.basis_s[static_cast<size_t>(b)] += s;
   };
   for (size_t i = 0; i < tasks_.size(); ++i) {
-    const TimelineTask& t = tasks_[i];
+    const Task& t = tasks_[i];
     const TaskTiming& tm = timings_[i];
     const Stream& st = streams_[static_cast<size_t>(t.stream)];
     if (st.kind == StreamKind::kHost) continue;
@@ -279,10 +343,8 @@ TimelineSummary Timeline::summarize() const {
     if (overhead > 0) cat(t.overhead_category) += overhead;
     if (t.duration_s - overhead > 0) cat(t.category) += t.duration_s - overhead;
     // Slower than alone: links shared with other collectives, or SMs / HBM lent to them.
-    if (elapsed > t.duration_s * (1 + 1e-9)) {
-      static const std::string kShared = "shared links", kSlowed = "compute slowed by communication";
-      cat(st.kind == StreamKind::kCommunication ? kShared : kSlowed) += elapsed - t.duration_s;
-    }
+    if (elapsed > t.duration_s * (1 + 1e-9))
+      cat(st.kind == StreamKind::kCommunication ? shared_id : slowed_id) += elapsed - t.duration_s;
   }
   compute = merge(std::move(compute));
   comm = merge(std::move(comm));
@@ -305,6 +367,10 @@ TimelineSummary Timeline::summarize() const {
     if (streams_[s].kind != StreamKind::kHost)
       r.streams.push_back({streams_[s].name, streams_[s].kind == StreamKind::kCommunication,
                            busy[s]});
+  // In name order first (names are unique), as a std::map would give them.
+  std::vector<std::pair<std::string, double>> cats;
+  for (uint32_t i = 0; i < nc + 2; ++i)
+    if (used[i]) cats.emplace_back(i < nc ? categories_[i] : i == nc ? kShared : kSlowed, seconds[i]);
   std::sort(cats.begin(), cats.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   r.categories = std::move(cats);
   std::stable_sort(r.categories.begin(), r.categories.end(),

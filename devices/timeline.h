@@ -76,29 +76,55 @@ struct TimelineSummary {
 // starts once its stream is free, every dependency has ended and ready_s has passed. Tasks
 // are added in program order and depend only on earlier tasks. Timings are computed on
 // demand (timing, summarize) by one event-driven pass: O(tasks x streams).
+//
+// A task is stored without vectors or strings of its own (a replay adds thousands): its
+// dependencies and links in one flat table each, its categories as ids of a table of the
+// names seen, so adding a task allocates nothing once the tables have grown.
 class Timeline {
  public:
   int add_stream(const std::string& name, bool communication);
   int add_stream(const std::string& name, StreamKind kind);
-  int64_t add(const TimelineTask& task);
-  int64_t add(TimelineTask&& task);  // the same, its vectors and strings moved in
-  void reserve(size_t tasks) { tasks_.reserve(tasks); }
+  int64_t add(const TimelineTask& task);  // copied in: the caller may reuse its task
+  void reserve(size_t tasks);
   const TaskTiming& timing(int64_t id) const;
   int64_t size() const { return static_cast<int64_t>(tasks_.size()); }
   TimelineSummary summarize() const;  // O(n log n) in the number of tasks
   double makespan() const;  // summarize().makespan_s alone: the last device task's end
   std::vector<TimelineEvent> events() const;  // every task, in the order added
+  // f(kind, category, start_s, end_s) for every task in the order added: what events()
+  // holds, without copying a name per task.
+  template <class F>
+  void for_each_event(F&& f) const {
+    if (dirty_) run();
+    for (size_t i = 0; i < tasks_.size(); ++i)
+      f(streams_[static_cast<size_t>(tasks_[i].stream)].kind, categories_[tasks_[i].category],
+        timings_[i].start_s, timings_[i].end_s);
+  }
 
  private:
   void run() const;
+  uint32_t intern(const std::string& name, uint32_t* hint);
 
   struct Stream {
     std::string name;
     StreamKind kind = StreamKind::kCompute;
     std::vector<int64_t> tasks;
   };
+  // TimelineTask as stored: deps_[deps_begin, deps_end), links_[links_begin, links_end),
+  // categories_[category].
+  struct Task {
+    int stream = 0;
+    double duration_s = 0, ready_s = 0, overhead_s = 0, shared_s = 0, rate_under_comm = 1;
+    int basis = -1, overhead_basis = -1, slowdown_basis = -1;
+    uint32_t category = 0, overhead_category = 0;
+    uint32_t deps_begin = 0, deps_end = 0, links_begin = 0, links_end = 0;
+  };
   std::vector<Stream> streams_;
-  std::vector<TimelineTask> tasks_;
+  std::vector<Task> tasks_;
+  std::vector<int64_t> deps_;
+  std::vector<int> links_;
+  std::vector<std::string> categories_;
+  uint32_t category_hint_ = 0, overhead_hint_ = 0;  // the ids last interned for each field
   mutable std::vector<TaskTiming> timings_;
   mutable bool dirty_ = false;
 };
