@@ -79,9 +79,10 @@ class Reader {
     return v;
   }
   int64_t i64() { return pod<int64_t>(); }
-  size_t count() {
+  // A count of things that take at least `each` bytes each on the wire.
+  size_t count(size_t each = 1) {
     const int64_t n = i64();
-    TITAN_CHECK(n >= 0 && static_cast<size_t>(n) <= in_.size() - pos_,
+    TITAN_CHECK(n >= 0 && static_cast<size_t>(n) <= (in_.size() - pos_) / each,
                 "recording message: a count of ", n, " at byte ", pos_, " exceeds the message");
     return static_cast<size_t>(n);
   }
