@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "devices/exposed_by_kind.h"
 #include "devices/step_replay.h"
 
 namespace titan::devices {
@@ -91,6 +92,13 @@ StepReport Replay::report() const {
     return a.seconds != b.seconds ? a.seconds > b.seconds : a.category < b.category;
   });
   if (options_.keep_events) r.events = timeline_.events();
+  if (options_.exposed_by_kind) {
+    ExposedByKind x;
+    timeline_.for_each_event([&x](StreamKind kind, const std::string& category, double start_s, double end_s) {
+      x.add(kind, category, start_s, end_s);
+    });
+    r.exposed_by_kind = x.result();
+  }
   if (s.idle_s > 0) {
     // Device idle with nothing in flight: the host could not dispatch fast enough.
     CostItem idle{"host dispatch (device idle)", s.idle_s};

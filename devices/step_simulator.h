@@ -28,6 +28,7 @@ struct SimulationOptions {
   // (separate_launch_s).
   double separate_launch_s = -1;
   bool keep_events = false;  // StepReport::events: every task's timing (timeline traces)
+  bool exposed_by_kind = false;  // StepReport::exposed_by_kind (devices/exposed_by_kind.h)
   // Fused mode, pipeline sends and receives: posted at issue, any number in flight, as the
   // trainer runs them (mpi, gloo) and NCCL's batched p2p does; false: queued in issue order on
   // one communication thread, the what-if of a runtime that hands them to its progress thread
@@ -73,6 +74,8 @@ struct StepReport {
   // communication hidden under compute are not listed.
   std::vector<CostItem> uncertain;
   std::vector<TimelineEvent> events;    // every task as it ran, with options.keep_events
+  // Exposed communication by collective kind, largest first, with options.exposed_by_kind.
+  std::vector<CostItem> exposed_by_kind;
 };
 
 // Share of the step's time that rests on unmeasured parts of the model: sum of `uncertain`

@@ -11,7 +11,9 @@
 namespace titan {
 
 // From r.events (a replay with keep_events): one item per collective kind ("all_gather",
-// "reduce_scatter", ...: the first word of the task's category), largest first.
+// "reduce_scatter", ...: the first word of the task's category), largest first. A replay
+// with SimulationOptions::exposed_by_kind gives the same in StepReport::exposed_by_kind
+// without keeping its events (devices/exposed_by_kind.h).
 std::vector<devices::CostItem> exposed_by_kind(const devices::StepReport& r);
 
 // Adds `add` into `sum` by kind (kinds first seen in `add` are appended).

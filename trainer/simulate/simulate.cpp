@@ -156,10 +156,9 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
     for (const devices::StepMemory& m : p.memory) f.rank_memory.push_back(m.eager());
     f.rank_holds_output = p.holds_output;
   } else {
-    o.keep_events = true;  // exposed time by kind; dropped again unless asked for
+    o.exposed_by_kind = true;
     f.report = devices::simulate_step(rec.trace, placement, chip, o);
-    f.exposed_by_kind = exposed_by_kind(f.report);
-    if (!keep_events) f.report.events.clear();
+    f.exposed_by_kind = std::move(f.report.exposed_by_kind);
   }
   return f;
 }

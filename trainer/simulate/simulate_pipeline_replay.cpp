@@ -37,11 +37,10 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
         d = devices::simulate_step_time(seg.trace, placement, chip, options);  // only its time counts
       } else {  // rank 0's report stands for the step: its events give exposed time by kind
         devices::SimulationOptions o = options;
-        o.keep_events = true;
+        o.exposed_by_kind = true;
         devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, o);
         d = sr.step_time_s;
-        c.rank0_exposed.push_back(exposed_by_kind(sr));
-        if (!options.keep_events) sr.events.clear();
+        c.rank0_exposed.push_back(std::move(sr.exposed_by_kind));
         c.rank0.push_back(std::move(sr));
       }
       c.duration_s[r].push_back(d);
