@@ -189,6 +189,13 @@ std::vector<Kernel> ComputeModel::lower(const std::vector<OpDesc>& ops) const {
 void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kernel>* kernels) const {
   std::vector<Kernel>& out = *kernels;
   out.clear();
+  out.reserve(ops.size());  // at most a kernel per op: no regrowth, and each kernel is built in place
+  // The categories as strings once (a kernel's category was a strlen and a copy per kernel).
+  static const std::string kCategory[] = {op_kind_name(OpKind::kMatmul),      op_kind_name(OpKind::kAttention),
+                                          op_kind_name(OpKind::kElementwise), op_kind_name(OpKind::kReduction),
+                                          op_kind_name(OpKind::kOther),       op_kind_name(OpKind::kView),
+                                          op_kind_name(OpKind::kFused)};
+  static_assert(static_cast<int>(OpKind::kFused) == 6, "kCategory lists every OpKind in order");
   const ExecutionOverheads& o = overheads_;
   // An op outside the blocks of a compiler that covers only them runs as eager runs it.
   auto eager_here = [&](const OpDesc& op) { return o.outside_blocks_eager && op.outside_blocks; };
@@ -200,8 +207,8 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       const bool eager = eager_here(op);
       const double host_s = eager ? o.outside_host_per_op_s
                             : op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
-      Kernel k;
-      k.category = op_kind_name(op.kind);
+      Kernel& k = out.emplace_back();
+      k.category = kCategory[static_cast<int>(op.kind)];
       const KernelTime kt = kernel_time(op);
       k.compute_s = kt.compute_s;
       k.memory_s = kt.memory_s;
@@ -217,13 +224,12 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.bytes = op.bytes_read + op.bytes_written;
       // Views launch nothing on the device; eager still dispatches them on the host.
       k.launch_s = op.kind == OpKind::kView ? 0 : eager ? o.outside_launch_per_kernel_s : o.launch_per_kernel_s;
-      out.push_back(k);
       ++i;
       continue;
     }
     // A chain of fusable ops becomes one kernel.
-    Kernel k;
-    k.category = "elementwise";
+    Kernel& k = out.emplace_back();
+    k.category = kCategory[static_cast<int>(OpKind::kElementwise)];
     double flops = 0;
     int64_t real_ops = 0;
     bool has_reduction = false;
@@ -238,7 +244,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       has_reduction |= f.kind == OpKind::kReduction;
       flops += f.flops;
     }
-    if (has_reduction) k.category = "reduction";
+    if (has_reduction) k.category = kCategory[static_cast<int>(OpKind::kReduction)];
     // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
     // matmul's accumulators, not from HBM, and needs no launch of its own.
     const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
@@ -253,7 +259,6 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
     k.flops = flops;
     k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
     k.chain = real_ops > 1;
-    out.push_back(k);
     i = j;
   }
 }
