@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id_map.h"
 #include "devices/collective_matmul.h"
 #include "devices/step_simulator.h"
 
@@ -118,7 +119,7 @@ class Replay {
   TimelineTask task_;  // see fresh_task
   int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
-  std::unordered_map<int64_t, int64_t> work_task_;
+  IdMap<int64_t> work_task_;  // work handle -> its task (handles are numbered 0, 1, ...)
   std::vector<const OpDesc*> pending_ops_;
   std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused
   std::vector<int64_t> next_compute_deps_;

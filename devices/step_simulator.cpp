@@ -53,11 +53,11 @@ void Replay::run(const Trace& trace) {
       case TraceEvent::Type::kWait: {
         flush_ops();
         close_bucket();
-        auto it = work_task_.find(e.work);
-        TITAN_CHECK(it != work_task_.end(), "wait on work ", e.work, " that was never issued");
+        const int64_t* task = work_task_.find(e.work);
+        TITAN_CHECK(task, "wait on work ", e.work, " that was never issued");
         auto steps = gather_steps_.find(e.work);
         if (steps != gather_steps_.end()) pending_gather_ = steps->second;  // flush_ops overlaps it
-        else if (it->second >= 0) next_compute_deps_.push_back(it->second);
+        else if (*task >= 0) next_compute_deps_.push_back(*task);
         break;
       }
     }
@@ -237,7 +237,7 @@ void Replay::close_bucket() {
   } else {
     id = add_collective(bucket_, deps, model_.overheads().launch_per_kernel_s);
   }
-  for (int64_t w : bucket_works_) work_task_[w] = id;
+  for (int64_t w : bucket_works_) work_task_.set(w, id);
 }
 
 void Replay::issue_separate(const TraceEvent& e) {
@@ -247,7 +247,7 @@ void Replay::issue_separate(const TraceEvent& e) {
   if (last_host_ >= 0) deps.push_back(last_host_);
   int64_t id = add_collective(e.collective, deps, sep_launch_);
   last_collective_ = id;
-  work_task_[e.work] = id;
+  work_task_.set(e.work, id);
   next_compute_deps_.push_back(id);
 }
 

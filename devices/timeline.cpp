@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "devices/fair_rates.h"
 
 namespace titan::devices {
 namespace {
@@ -56,71 +57,6 @@ double minus_length(const Intervals& a, const Intervals& b) {
 
 }  // namespace
 
-namespace {
-
-using Flow = std::pair<const int*, const int*>;  // a flow's links, [first, second)
-
-bool uses(const Flow& f, int link) { return std::find(f.first, f.second, link) != f.second; }
-
-// max_min_fair_rates over link ranges, into buffers the caller keeps (Timeline::run calls
-// it at every event). `capacity` holds each link once, in link order, as a std::map would.
-void fair_rates(const std::vector<Flow>& flows, std::vector<double>* rate_out,
-                std::vector<std::pair<int, double>>* capacity_buf) {
-  std::vector<double>& rate = *rate_out;
-  rate.assign(flows.size(), -1.0);
-  // One flow alone gets every link it uses: 1 / 1 below, or 1 with no links.
-  if (flows.size() == 1) {
-    rate[0] = 1.0;
-    return;
-  }
-  std::vector<std::pair<int, double>>& capacity = *capacity_buf;
-  capacity.clear();
-  for (const Flow& f : flows)
-    for (const int* l = f.first; l != f.second; ++l) capacity.emplace_back(*l, 1.0);
-  std::sort(capacity.begin(), capacity.end());
-  capacity.erase(std::unique(capacity.begin(), capacity.end()), capacity.end());
-  auto cap_of = [&](int link) -> double& {
-    return std::lower_bound(capacity.begin(), capacity.end(), std::make_pair(link, -1.0))->second;
-  };
-  for (size_t i = 0; i < flows.size(); ++i)
-    if (flows[i].first == flows[i].second) rate[i] = 1.0;
-  // Progressive filling: the link whose capacity, split over its unfixed flows, is the
-  // smallest fixes those flows at that share; repeat with what the other links have left.
-  while (true) {
-    double best = -1;
-    int bottleneck = 0;
-    for (const auto& [link, cap] : capacity) {
-      int unfixed = 0;
-      for (size_t i = 0; i < flows.size(); ++i)
-        if (rate[i] < 0 && uses(flows[i], link)) ++unfixed;
-      if (unfixed > 0 && (best < 0 || cap / unfixed < best)) {
-        best = cap / unfixed;
-        bottleneck = link;
-      }
-    }
-    if (best < 0) break;
-    for (size_t i = 0; i < flows.size(); ++i) {
-      if (rate[i] >= 0 || !uses(flows[i], bottleneck)) continue;
-      rate[i] = best;
-      for (const int* l = flows[i].first; l != flows[i].second; ++l) {
-        double& c = cap_of(*l);
-        c = std::max(0.0, c - best);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows) {
-  std::vector<Flow> f;
-  for (const auto& links : flows) f.emplace_back(links.data(), links.data() + links.size());
-  std::vector<double> rate;
-  std::vector<std::pair<int, double>> capacity;
-  fair_rates(f, &rate, &capacity);
-  return rate;
-}
-
 int Timeline::add_stream(const std::string& name, bool communication) {
   return add_stream(name, communication ? StreamKind::kCommunication : StreamKind::kCompute);
 }
@@ -131,6 +67,46 @@ int Timeline::add_stream(const std::string& name, StreamKind kind) {
   s.kind = kind;
   streams_.push_back(s);
   return static_cast<int>(streams_.size()) - 1;
+}
+
+struct Timeline::Tables {
+  std::vector<Task> tasks;
+  std::vector<int64_t> deps;
+  std::vector<int> links;
+  std::vector<TaskTiming> timings;
+  ~Tables();
+};
+
+namespace {
+thread_local bool tables_gone = false;  // the thread's spare is destroyed (thread exit)
+}  // namespace
+
+Timeline::Tables::~Tables() { tables_gone = true; }
+
+Timeline::Tables& Timeline::spare_tables() {
+  static thread_local Tables spare;
+  return spare;
+}
+
+void Timeline::swap_tables(Tables& spare) {
+  tasks_.swap(spare.tasks);
+  deps_.swap(spare.deps);
+  links_.swap(spare.links);
+  timings_.swap(spare.timings);
+}
+
+Timeline::Timeline() {
+  if (!tables_gone) swap_tables(spare_tables());
+}
+
+Timeline::~Timeline() {
+  if (tables_gone) return;
+  tasks_.clear();
+  deps_.clear();
+  links_.clear();
+  timings_.clear();
+  // Keep the larger tables (a spare taken by an earlier timeline still alive is empty).
+  if (tasks_.capacity() >= spare_tables().tasks.capacity()) swap_tables(spare_tables());
 }
 
 void Timeline::reserve(size_t tasks) {

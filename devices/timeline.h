@@ -82,6 +82,14 @@ struct TimelineSummary {
 // names seen, so adding a task allocates nothing once the tables have grown.
 class Timeline {
  public:
+  // A timeline takes its task tables from the last one destroyed on its thread, and gives
+  // them back, emptied: a study replays thousands of steps a thread, each adding thousands of
+  // tasks, and would otherwise allocate and free the same large tables every time.
+  Timeline();
+  ~Timeline();
+  Timeline(const Timeline&) = default;
+  Timeline& operator=(const Timeline&) = default;
+
   int add_stream(const std::string& name, bool communication);
   int add_stream(const std::string& name, StreamKind kind);
   int64_t add(const TimelineTask& task);  // copied in: the caller may reuse its task
@@ -103,6 +111,9 @@ class Timeline {
 
  private:
   void run() const;
+  struct Tables;  // a thread's spare tables
+  static Tables& spare_tables();
+  void swap_tables(Tables& spare);
   uint32_t intern(const std::string& name, uint32_t* hint);
 
   struct Stream {
