@@ -245,18 +245,16 @@ Registry make_registry(JobConfig& c) {
 
 KeyTable::KeyTable() : reg_(make_registry(proto_)) {
   const auto* base = reinterpret_cast<const char*>(&proto_);
-  for (const KeySpec& s : reg_.keys) {
+  for (size_t i = 0; i < reg_.keys.size(); ++i) {
+    const KeySpec& s = reg_.keys[i];
     const auto* field = static_cast<const char*>(std::visit(
         [](const auto& f) -> const void* {
           if constexpr (std::is_same_v<std::decay_t<decltype(f)>, EnumField>) return f.at;
           else return f;
         },
         s.field));
-    if (std::less<const char*>()(field, base) || !std::less<const char*>()(field, base + sizeof(JobConfig))) {
-      by_name_.clear();
-      return;
-    }
-    by_name_.emplace(s.full(), &s);
+    rebinds_ &= !std::less<const char*>()(field, base) && std::less<const char*>()(field, base + sizeof(JobConfig));
+    by_name_.emplace(s.full(), i);
   }
 }
 
@@ -266,8 +264,13 @@ const KeyTable& KeyTable::get() {
 }
 
 const KeySpec* KeyTable::find(const std::string& full) const {
+  const int64_t i = position(full);
+  return i < 0 || !rebinds_ ? nullptr : &reg_.keys[static_cast<size_t>(i)];
+}
+
+int64_t KeyTable::position(const std::string& full) const {
   auto it = by_name_.find(full);
-  return it == by_name_.end() ? nullptr : it->second;
+  return it == by_name_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
 }  // namespace titan

@@ -83,12 +83,16 @@ class KeyTable {
   // the config (then no offset would name it, and callers build a registry of their own).
   const KeySpec* find(const std::string& full) const;
   const JobConfig& proto() const { return proto_; }
+  // Where that key is in every make_registry's list (its order does not depend on the values);
+  // -1 if none.
+  int64_t position(const std::string& full) const;
 
  private:
   KeyTable();
   JobConfig proto_;
   Registry reg_;
-  std::unordered_map<std::string, const KeySpec*> by_name_;
+  std::unordered_map<std::string, size_t> by_name_;  // the first key of each name
+  bool rebinds_ = true;  // every field lies inside proto_
 };
 
 }  // namespace titan

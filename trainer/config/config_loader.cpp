@@ -267,13 +267,13 @@ void set_from_text(const KeySpec& s, const std::string& v, const std::string& wh
 // with '.', as TorchTitan's nested sections are. A table given where a key takes a value
 // (`exclude_from_loading = { a = 1 }`) stays one value, so that the error is its type, not
 // "unknown key 'checkpoint.exclude_from_loading.a'; did you mean 'checkpoint.exclude_from_loading'?".
-void flatten(const Registry& reg, const toml::table& t, const std::string& prefix,
+void flatten(const toml::table& t, const std::string& prefix,
              std::vector<std::pair<std::string, const toml::node*>>& out) {
   for (auto&& [k, v] : t) {
     const std::string name = prefix + std::string(k.str());
-    const bool is_key = std::any_of(reg.keys.begin(), reg.keys.end(), [&](const KeySpec& s) { return s.full() == name; });
+    const bool is_key = KeyTable::get().position(name) >= 0;
     if (v.is_table() && !is_key) {
-      flatten(reg, *v.as_table(), name + ".", out);
+      flatten(*v.as_table(), name + ".", out);
     } else {
       out.emplace_back(name, &v);
     }
@@ -285,10 +285,9 @@ void flatten(const Registry& reg, const toml::table& t, const std::string& prefi
 KeySpec* resolve_key(JobConfig& cfg, Registry& reg, const std::string& written, const std::string& where) {
   const std::string full = titan_key_for(written);
   // A key titan registers is honoured even where TorchTitan's list calls its section or key
-  // unimplemented: the registry, not that list, says what titan implements.
-  for (auto& s : reg.keys) {
-    if (s.full() == full) return &s;
-  }
+  // unimplemented: the registry, not that list, says what titan implements. Found by name
+  // (KeyTable), not by spelling out every key's name per key read.
+  if (const int64_t i = KeyTable::get().position(full); i >= 0) return &reg.keys.at(static_cast<size_t>(i));
   if (torchtitan_only_key(full)) {
     cfg.ignored_keys.push_back(written);
     return nullptr;
@@ -325,7 +324,7 @@ void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file
                                         [&](const KeySpec& k) { return k.section == sec; });
     if (registered || !torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
     std::vector<std::pair<std::string, const toml::node*>> entries;
-    flatten(reg, *node.as_table(), sec + ".", entries);
+    flatten(*node.as_table(), sec + ".", entries);
     for (auto& [name, value] : entries) {
       const std::string where =
           file_label + ":" + std::to_string(value->source().begin.line) + ": ";
