@@ -111,8 +111,10 @@ std::string format_range(const KeySpec& s) {
   return os.str();
 }
 
+bool in_range(const KeySpec& s, double v) { return std::isfinite(v) && v >= s.min && v <= s.max; }
+
 void check_number(const KeySpec& s, double v, const std::string& shown, const std::string& where) {
-  TITAN_CONFIG_CHECK(std::isfinite(v) && v >= s.min && v <= s.max, where, "invalid value ", shown,
+  TITAN_CONFIG_CHECK(in_range(s, v), where, "invalid value ", shown,
                      " for '", s.full(), "': expected ", format_range(s));
 }
 
@@ -172,50 +174,50 @@ T parse_number(const KeySpec& s, const std::string& v, const std::string& shown,
 }
 
 void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where, Target to = {}) {
-  const std::string shown = node_text(n);
   struct Visitor {
     const KeySpec& s;
     const toml::node& n;
-    const std::string& shown;
     const std::string& where;
     Target to;
+    // The value as written, for an error only: printing it took an ostream per key read.
+    std::string shown() const { return node_text(n); }
     void operator()(bool* field) const {
       bool* f = to(field);
-      if (!n.is_boolean()) wrong_type(s, shown, where);
+      if (!n.is_boolean()) wrong_type(s, shown(), where);
       *f = n.as_boolean()->get();
     }
     void operator()(int64_t* field) const {
       int64_t* f = to(field);
-      if (!n.is_integer()) wrong_type(s, shown, where);
+      if (!n.is_integer()) wrong_type(s, shown(), where);
       *f = n.as_integer()->get();
-      check_number(s, static_cast<double>(*f), shown, where);
+      if (!in_range(s, static_cast<double>(*f))) check_number(s, static_cast<double>(*f), shown(), where);
     }
     void operator()(double* field) const {
       double* f = to(field);
-      if (!n.is_number()) wrong_type(s, shown, where);
+      if (!n.is_number()) wrong_type(s, shown(), where);
       *f = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
-      check_number(s, *f, shown, where);
+      if (!in_range(s, *f)) check_number(s, *f, shown(), where);
     }
     void operator()(std::string* f) const {
-      if (!n.is_string()) wrong_type(s, shown, where);
+      if (!n.is_string()) wrong_type(s, shown(), where);
       *to(f) = n.as_string()->get();
     }
     void operator()(std::vector<std::string>* f) const {
       auto* arr = n.as_array();
-      if (!arr) wrong_type(s, shown, where);
+      if (!arr) wrong_type(s, shown(), where);
       std::vector<std::string> out;
       for (auto& e : *arr) {
-        if (!e.is_string()) wrong_type(s, shown, where);
+        if (!e.is_string()) wrong_type(s, shown(), where);
         out.push_back(e.as_string()->get());
       }
       *to(f) = out;
     }
     void operator()(const EnumField& e) const {
-      if (!n.is_string()) wrong_type(s, shown, where);
+      if (!n.is_string()) wrong_type(s, shown(), where);
       set_choice(s, e, n.as_string()->get(), where, to);
     }
   };
-  std::visit(Visitor{s, n, shown, where, to}, s.field);
+  std::visit(Visitor{s, n, where, to}, s.field);
 }
 
 void set_from_text(const KeySpec& s, const std::string& v, const std::string& where, Target to = {}) {
