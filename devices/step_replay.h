@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +72,10 @@ class Replay {
   // device, cannot issue the next chunk while one runs).
   bool decomposes(const CollectiveDesc& c) const;
 
+  // placement_.group(name), worked out once per group name: a step issues hundreds of
+  // collectives over a handful of groups. References stay valid (a deque).
+  const std::vector<AxisSegment>& group(const std::string& name) const;
+
   // Chunks of a collective matmul on c's group: one per member (TP degree).
   int64_t tp_chunks(const CollectiveDesc& c) const;
 
@@ -119,6 +124,7 @@ class Replay {
   TimelineTask task_;  // see fresh_task
   int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
+  mutable std::deque<std::pair<std::string, std::vector<AxisSegment>>> groups_;  // see group()
   IdMap<int64_t> work_task_;  // work handle -> its task (handles are numbered 0, 1, ...)
   std::vector<const OpDesc*> pending_ops_;
   std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused

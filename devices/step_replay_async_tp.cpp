@@ -35,12 +35,12 @@ bool Replay::decomposes(const CollectiveDesc& c) const {
 
 int64_t Replay::tp_chunks(const CollectiveDesc& c) const {
   int64_t n = 1;
-  for (const AxisSegment& seg : placement_.group(c.group)) n *= seg.count;
+  for (const AxisSegment& seg : group(c.group)) n *= seg.count;
   return n;
 }
 
 std::vector<int64_t> Replay::add_ring_steps(const CollectiveDesc& c, const std::vector<int64_t>& deps, double launch_s) {
-  const std::vector<AxisSegment> segments = placement_.group(c.group);
+  const std::vector<AxisSegment>& segments = group(c.group);
   const CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
   const int64_t steps = tp_chunks(c) - 1;
   const double share = 1.0 / static_cast<double>(steps);

@@ -120,6 +120,13 @@ StepReport Replay::report() const {
   return r;
 }
 
+const std::vector<AxisSegment>& Replay::group(const std::string& name) const {
+  for (const auto& g : groups_)
+    if (g.first == name) return g.second;
+  std::vector<AxisSegment> segments = placement_.group(name);
+  return groups_.emplace_back(name, std::move(segments)).second;
+}
+
 int Replay::comm_stream(const std::string& name) {
   auto it = streams_.find(name);
   if (it != streams_.end()) return it->second;
@@ -254,7 +261,7 @@ void Replay::issue_separate(const TraceEvent& e) {
 int64_t Replay::add_collective(const CollectiveDesc& c, const std::vector<int64_t>& deps,
                        double launch_s) {
   if (c.kind == CollectiveKind::kHostCopy) return add_host_copy(c, deps);
-  const std::vector<AxisSegment> segments = placement_.group(c.group);
+  const std::vector<AxisSegment>& segments = group(c.group);
   CollectiveCost cost = collective_cost(placement_.topology, segments, c.kind, c.bytes);
   const double launch = cost.group_size > 1 ? launch_s : 0.0;
   TimelineTask& t = collective_task(c, segments, cost, 1.0, launch, launch);
