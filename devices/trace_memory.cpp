@@ -263,6 +263,10 @@ StepMemory::StepMemory(std::shared_ptr<const LiveRanges> live, std::vector<ByteO
   walks_->overrides = std::move(overrides);
 }
 
+std::shared_ptr<const LiveRanges> StepMemory::own_ranges() const {
+  return walks_ && walks_->overrides.empty() ? walks_->live : nullptr;
+}
+
 const TraceMemory& StepMemory::of(bool fused_elementwise, bool per_use) const {
   static const TraceMemory kNone;
   if (!walks_) return kNone;

@@ -104,6 +104,8 @@ class StepMemory {
   const TraceMemory& of(bool fused_elementwise, bool per_use = false) const;
   const TraceMemory& eager() const { return of(false); }
   const TraceMemory& fused() const { return of(true); }
+  // The ranges walked, when they are the recording's own (no byte overrides); else null.
+  std::shared_ptr<const LiveRanges> own_ranges() const;
 
  private:
   struct Walks;

@@ -20,8 +20,9 @@ using ById = IdMap<int64_t>;  // storage id -> a count (numel, or 1 for "written
 // flow from FSDP's seeds, every use on them classified, FSDP's collectives matched to the
 // trace's issues.
 bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vector<devices::StorageRecord>& storages,
-               const std::vector<devices::StorageResize>& resizes, const ShardNotes::Rank& notes, int64_t w,
-               bool fused, int64_t cap, ShardRewrites::Rank* out, std::string* why) {
+               const std::vector<devices::StorageResize>& resizes, const devices::StepMemory& memory,
+               const ShardNotes::Rank& notes, int64_t w, bool fused, int64_t cap, ShardRewrites::Rank* out,
+               std::string* why) {
   out->numels = notes.numels;
   out->calls = notes.calls;
   ById numel_of;  // storage id -> parameter numel
@@ -76,7 +77,14 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
     }
   }
   // The memory walk's ranges and the storage table: the same classes by storage.
-  out->live = std::make_shared<const devices::LiveRanges>(devices::live_ranges(traces, storages, resizes));
+  // The probe's memory walk has them (its ranges, from these traces and tables) unless it was
+  // not walked; a count of ops that differs would mean they came from other traces.
+  out->live = memory.own_ranges();
+  int64_t ops = 0;
+  for (const devices::Trace* t : traces)
+    for (const TraceEvent& ev : t->events()) ops += ev.type == TraceEvent::Type::kCompute;
+  if (!out->live || out->live->ops != ops || out->live->part_begins.size() != traces.size())
+    out->live = std::make_shared<const devices::LiveRanges>(devices::live_ranges(traces, storages, resizes));
   auto sized = [&](int64_t id, int64_t bytes, uint32_t index, std::vector<ShardRewrites::Rank::Sized>* to) {
     const int64_t* n = numel_of.find(id);
     int64_t e = 0;
@@ -177,7 +185,10 @@ const ShardRewrites* shard_rewrites(const ProbeRecording& probe, std::string* wh
       const auto* p = probe.step.pipeline.get();
       const auto& storages = p ? p->storages[q] : probe.step.trace.storages();
       const auto& resizes = p ? p->storage_resizes[q] : probe.step.trace.storage_resizes();
-      if (!plan_rank({traces.begin(), traces.end()}, storages, resizes, plan.notes.ranks[q],
+      static const devices::StepMemory kNotWalked;
+      const devices::StepMemory& memory =
+          !p ? probe.step.memory : q < p->memory.size() ? p->memory[q] : kNotWalked;
+      if (!plan_rank({traces.begin(), traces.end()}, storages, resizes, memory, plan.notes.ranks[q],
                      rw.degree, rw.fused, rw.cap, &rw.ranks[q], &plan.error)) {
         plan.error = "shard resizing cannot follow this step: " + plan.error;
         return;
