@@ -107,6 +107,14 @@ TEST(ShardResize, ResizingIntoAStepResizedBeforeIsAFreshResize) {
         "--comm.collective_mode", "separate"},
        2,
        {}},
+      // A pipeline whose replica all-reduce splits anew between degrees: a resize into the
+      // step at another split copies only the segments rebucketing moves.
+      {"pp 2 1F1B x hsdp 2, fused, 0.5 MiB buckets",
+       {"--parallelism.pipeline_parallel_degree", "2", "--activation_checkpoint.mode", "none",
+        "--training.local_batch_size", "2", "--parallelism.pipeline_parallel_microbatch_size", "1",
+        "--parallelism.data_parallel_replicate_degree", "2", "--comm.bucket_cap_mb", "0.5"},
+       4,
+       {}},
   };
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.label);

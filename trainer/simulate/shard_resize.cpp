@@ -17,6 +17,25 @@ namespace titan {
 
 using devices::TraceEvent;
 
+namespace {
+
+// The traces of rank q that rebucketing moved (where) or moves at this split (buckets), as
+// the probe recorded them again; where then says nothing moved.
+void restore_moved(const ProbeRecording& probe, size_t q, const ShardRewrites::Rank& r,
+                   const std::vector<std::vector<std::vector<size_t>>>& buckets,
+                   const std::vector<std::vector<TraceEvent>*>& events, ResizedLayout::Rank* where) {
+  std::vector<bool> again(events.size(), false);
+  for (uint32_t ti = 0; ti < where->moved.size() && ti < events.size(); ++ti) again[ti] = !where->moved[ti].empty();
+  for (const auto& c : r.collectives)
+    if (buckets[c.call] != r.buckets[c.call]) again[c.trace] = true;
+  const auto recorded = rank_traces(probe.step, q);
+  for (size_t ti = 0; ti < events.size(); ++ti)
+    if (again[ti]) *events[ti] = recorded[ti]->events();
+  *where = ResizedLayout::Rank{};
+}
+
+}  // namespace
+
 bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, RecordedStep* out,
                              std::string* why, ResizeState* state) {
   const ShardRewrites* rewrites = shard_rewrites(probe, why);
@@ -39,25 +58,30 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
   // Whether *out holds this probe's events as split at w, with another degree's sizes: every
   // size below is then written as an absolute value, and the two relative ones start from the
   // probe's.
-  const bool in_place = state && state->plan == probe.plan && state->layout &&
-                        state->layout->split == buckets && !out->pipeline == !probe.step.pipeline &&
-                        (!out->pipeline || out->pipeline.use_count() == 1);
+  const bool holds_probe = state && state->plan == probe.plan && state->layout &&
+                           !out->pipeline == !probe.step.pipeline &&
+                           (!out->pipeline || out->pipeline.use_count() == 1);
+  const bool in_place = holds_probe && state->layout->split == buckets;
+  // The same probe at another split: only the traces rebucketing moved, or moves now, are
+  // copied from the probe again (a pipeline rank's other segments stay); then as in place.
+  const bool restore = holds_probe && !in_place;
   std::shared_ptr<ResizedLayout> layout;
   if (state) {
-    layout = in_place ? state->layout : std::make_shared<ResizedLayout>();
+    layout = in_place || restore ? state->layout : std::make_shared<ResizedLayout>();
     state->plan.reset(), state->layout.reset();  // until this resize is done
     state->last_in_place = in_place;
   }
-  if (!in_place && layout) {
+  if (!in_place && !restore && layout) {
     layout->split = buckets;
     layout->ranks.assign(rw.ranks.size(), {});
   }
+  if (restore) layout->split = buckets;
   ResizedLayout::Rank scratch;  // where rebucket's events went, when no state keeps it
 
   // Assigned, not constructed: a step resized before (study/recording_cache.cpp reuses them)
   // keeps its buffers, so a resize allocates little. Its pipeline is reused only if nothing
   // else holds it (replays keep the structure they replayed).
-  if (in_place) {
+  if (in_place || restore) {
     out->local_params = probe.step.local_params;
     out->global_batch = probe.step.global_batch;
     if (out->pipeline) out->pipeline->local_params = probe.step.pipeline->local_params;
@@ -79,6 +103,7 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     for (devices::Trace* t : rank_traces(*out, q))
       events.push_back(const_cast<std::vector<TraceEvent>*>(&t->events()));
     ResizedLayout::Rank& where = layout ? layout->ranks[q] : scratch;
+    if (restore) restore_moved(probe, q, r, buckets[q], events, &where);
     // A probe event where it is now: rebucket moved the events of the traces it rebuilt.
     auto at = [&](uint32_t ti, uint32_t ei) -> TraceEvent& {
       const bool moved = in_place && ti < where.moved.size() && !where.moved[ti].empty();
