@@ -137,15 +137,16 @@ int64_t Timeline::add(const TimelineTask& task) {
   Task t{task.stream,     task.duration_s,    task.ready_s,       task.overhead_s,
          task.shared_s,   task.rate_under_comm, task.basis,       task.overhead_basis,
          task.slowdown_basis};
-  t.category = intern(task.category, &category_hint_);
-  t.overhead_category = intern(task.overhead_category, &overhead_hint_);
+  Stream& st = streams_[static_cast<size_t>(task.stream)];
+  t.category = intern(task.category, &st.category_hint);
+  t.overhead_category = intern(task.overhead_category, &st.overhead_hint);
   t.deps_begin = static_cast<uint32_t>(deps_.size());
   deps_.insert(deps_.end(), task.deps.begin(), task.deps.end());
   t.deps_end = static_cast<uint32_t>(deps_.size());
   t.links_begin = static_cast<uint32_t>(links_.size());
   links_.insert(links_.end(), task.links.begin(), task.links.end());
   t.links_end = static_cast<uint32_t>(links_.size());
-  streams_[static_cast<size_t>(task.stream)].tasks.push_back(id);
+  st.tasks.push_back(id);
   tasks_.push_back(t);
   dirty_ = true;
   return id;

@@ -120,6 +120,9 @@ class Timeline {
     std::string name;
     StreamKind kind = StreamKind::kCompute;
     std::vector<int64_t> tasks;
+    // The category ids its last task interned: a stream's tasks come in runs of one category
+    // (the host's have none), where one hint for all streams would miss at every task.
+    uint32_t category_hint = 0, overhead_hint = 0;
   };
   // TimelineTask as stored: deps_[deps_begin, deps_end), links_[links_begin, links_end),
   // categories_[category].
@@ -135,7 +138,6 @@ class Timeline {
   std::vector<int64_t> deps_;
   std::vector<int> links_;
   std::vector<std::string> categories_;
-  uint32_t category_hint_ = 0, overhead_hint_ = 0;  // the ids last interned for each field
   mutable std::vector<TaskTiming> timings_;
   mutable bool dirty_ = false;
 };
