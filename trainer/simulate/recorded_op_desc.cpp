@@ -11,9 +11,10 @@ int64_t tensor_bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
+// isList first: isTensorList is a call into libtorch, and most values are tensors or scalars.
 int64_t ivalue_bytes(const c10::IValue& v) {
   if (v.isTensor()) return tensor_bytes(v.toTensor());
-  if (v.isTensorList()) {
+  if (v.isList() && v.isTensorList()) {
     int64_t b = 0;
     for (const at::Tensor& t : v.toTensorList().vec()) b += tensor_bytes(t);
     return b;
@@ -21,19 +22,30 @@ int64_t ivalue_bytes(const c10::IValue& v) {
   return 0;
 }
 
-void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
+namespace {
+// add_uses, returning ivalue_bytes(v) (one pass over a call's inputs for both).
+int64_t add_uses_counting(const c10::IValue& v, std::vector<devices::TensorUse>* out) {
   auto one = [&](const at::Tensor& t) {
-    if (const int64_t id = storage_id(t)) out->push_back({id, tensor_bytes(t)});
+    const int64_t bytes = tensor_bytes(t);
+    if (const int64_t id = storage_id(t)) out->push_back({id, bytes});
+    return bytes;
   };
-  if (v.isTensor()) one(v.toTensor());
-  if (v.isTensorList())
-    for (const at::Tensor& t : v.toTensorList().vec()) one(t);
+  if (v.isTensor()) return one(v.toTensor());
+  int64_t b = 0;
+  if (v.isList() && v.isTensorList())
+    for (const at::Tensor& t : v.toTensorList().vec()) b += one(t);
+  return b;
 }
+}  // namespace
 
-OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes) {
+void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) { add_uses_counting(v, out); }
+
+void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, OpDesc* out, int64_t* first_bytes,
+                   size_t* first_reads) {
   const std::string& name = op.name;
-  OpDesc d;
+  OpDesc& d = *out;
   *first_bytes = in.empty() ? 0 : ivalue_bytes(in[0]);
+  *first_reads = in.empty() ? 0 : kFirstInputNotRead;
   auto mm_at = [&](size_t a, size_t b) {
     if (!in[a].isTensor() || !in[b].isTensor()) return false;
     const at::IntArrayRef sa = in[a].toTensor().sizes(), sb = in[b].toTensor().sizes();
@@ -50,35 +62,41 @@ OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> 
   };
   auto add_reads = [&](size_t from) {
     if (from < in.size()) d.reads.reserve(in.size() - from);
-    for (size_t i = from; i < in.size(); ++i) add_uses(in[i], &d.reads);
+    for (size_t i = from; i < in.size(); ++i) {
+      add_uses(in[i], &d.reads);
+      if (i == 0) *first_reads = d.reads.size();
+    }
   };
   if (op.mm && in.size() >= 2 && mm_at(0, 1)) {
     add_reads(0);
-    return d;
+    return;
   }
   if (op.addmm && in.size() >= 3 && mm_at(1, 2)) {
     add_reads(0);
-    return d;
+    return;
   }
   d.name = name;
   if (op.view) {
     d.kind = OpKind::kView;
-    return d;
+    return;
   }
-  int64_t read = 0;
-  for (const auto& v : in) read += ivalue_bytes(v);
   if (op.copy && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
     const bool cast = in[0].toTensor().scalar_type() != in[1].toTensor().scalar_type();
     d.kind = cast ? OpKind::kElementwise : OpKind::kOther;  // a cast fuses, a plain copy moves
     d.bytes_read = ivalue_bytes(in[1]);
     add_reads(1);
-    return d;
+    return;
   }
-  if (op.writes_only) read = 0;
-  else add_reads(0);
+  int64_t read = 0;
+  if (!op.writes_only) {
+    d.reads.reserve(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      read += add_uses_counting(in[i], &d.reads);
+      if (i == 0) *first_reads = d.reads.size();
+    }
+  }
   d.kind = op.reduction ? OpKind::kReduction : op.movement ? OpKind::kOther : OpKind::kElementwise;
   d.bytes_read = read;
-  return d;
 }
 
 // A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype

@@ -21,9 +21,13 @@ int64_t ivalue_bytes(const c10::IValue& v);
 // Appends a use (storage id, bytes) per tensor in v that has storage.
 void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out);
 // The op `op` (its name's kinds: recorded_op_names.h) as far as its inputs tell (bytes_written
-// is the caller's, from the outputs); *first_bytes: the bytes of its first input (what an
-// in-place op writes).
-devices::OpDesc describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, int64_t* first_bytes);
+// is the caller's, from the outputs), written into *d, a default OpDesc (the caller's frame
+// holds it: no OpDesc is moved per call); *first_bytes: the bytes of its first input (what an
+// in-place op writes); *first_reads: how many of d->reads are its first input's uses (they
+// lead), or kFirstInputNotRead where its reads leave the first input out.
+constexpr size_t kFirstInputNotRead = static_cast<size_t>(-1);
+void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, devices::OpDesc* d,
+                   int64_t* first_bytes, size_t* first_reads);
 // A non-in-place, non-out= call all of whose outputs alias an input did no work.
 bool returns_an_input(const at::RecordFunction& fn);
 

@@ -67,7 +67,14 @@ struct Frame : public at::ObserverContext {
   const RecordedOpName* kinds = nullptr;  // what its name says (recorded_op_names.h)
   OpDesc op;
   int64_t first_input_bytes = 0;
-  std::vector<devices::TensorUse> first_input;  // what an in-place op writes
+  // What an in-place op writes, its first input's uses: the first first_reads of op.reads, or
+  // where those leave it out (kFirstInputNotRead) first_input.
+  size_t first_reads = 0;
+  std::vector<devices::TensorUse> first_input;
+  std::vector<devices::TensorUse> first_uses() const {
+    if (first_reads == kFirstInputNotRead) return first_input;
+    return {op.reads.begin(), op.reads.begin() + static_cast<std::ptrdiff_t>(first_reads)};
+  }
 };
 
 thread_local Frame* top = nullptr;
@@ -210,8 +217,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
         }
   } else if (!f->suppressed && !f->kept && !kinds.query && kinds.aten) {
     f->is_op = true;
-    f->op = describe_call(kinds, fn.inputs(), &f->first_input_bytes);
-    if (!fn.inputs().empty()) add_uses(fn.inputs()[0], &f->first_input);
+    describe_call(kinds, fn.inputs(), &f->op, &f->first_input_bytes, &f->first_reads);
+    if (f->first_reads == kFirstInputNotRead) add_uses(fn.inputs()[0], &f->first_input);
   }
   top = f.get();
   return f;
@@ -310,14 +317,17 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   add_uses_of_outputs(fn, &writes);
   // Where the meta device takes a backward formula's out-of-place variant, a real run writes
   // its freshly made first input in place: recorded as the real run does it.
-  if (f->parent && f->parent->is_op && in_place_for_real(d.name, f->parent->op.name) && !f->first_input.empty()) {
-    for (const auto& v : fn.outputs())
-      if (v.isTensor()) alias_storage(v.toTensor(), f->first_input.front().id);
-    writes = f->first_input;
-    d.name += "_";
+  if (f->parent && f->parent->is_op && in_place_for_real(d.name, f->parent->op.name)) {
+    std::vector<devices::TensorUse> first = f->first_uses();
+    if (!first.empty()) {
+      for (const auto& v : fn.outputs())
+        if (v.isTensor()) alias_storage(v.toTensor(), first.front().id);
+      writes = std::move(first);
+      d.name += "_";
+    }
   }
   // An in-place op (add_, copy_) writes its first input, whatever it returns.
-  if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_input;
+  if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_uses();
   if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
     int64_t written = 0;
     for (const auto& v : fn.outputs()) written += ivalue_bytes(v);
