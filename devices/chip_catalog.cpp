@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <toml++/toml.h>
@@ -116,66 +115,6 @@ ChipSpec find_chip(const std::string& name, const CpuCalibration* cpu,
     return cpu_chip(*cpu);
   }
   return catalog_chip(key);
-}
-
-namespace {
-
-// Doubles by their bits, so that equal chips behave the same even where a figure is -0.0 or
-// NaN (1 / -0.0 is -inf; NaN equals no value, and would only make two copies unequal).
-bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-template <class T>
-bool same(const T& a, const T& b) {
-  return a == b;
-}
-bool same(const std::map<std::string, double>& a, const std::map<std::string, double>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const auto& x, const auto& y) { return x.first == y.first && same(x.second, y.second); });
-}
-
-}  // namespace
-
-// Every field, the most telling first (most chips differ by name).
-bool operator==(const ChipSpec& a, const ChipSpec& b) {
-  static_assert(sizeof(ChipSpec) == 736,
-                "ChipSpec changed: compare the new fields in operator== (chip_catalog.cpp), then update its size");
-  return same(a.name, b.name) && same(a.description, b.description) && same(a.family, b.family) &&
-         same(a.peak_bf16_flops, b.peak_bf16_flops) && same(a.peak_clock_hz, b.peak_clock_hz) &&
-         same(a.sustained_clock_hz, b.sustained_clock_hz) &&
-         same(a.sustained_clock_from, b.sustained_clock_from) &&
-         same(a.borrowed_clock_ratio, b.borrowed_clock_ratio) &&
-         same(a.fitted_clock_share, b.fitted_clock_share) && same(a.hbm_bytes, b.hbm_bytes) &&
-         same(a.hbm_bytes_per_s, b.hbm_bytes_per_s) && same(a.hbm_efficiency, b.hbm_efficiency) &&
-         same(a.host_link_bytes_per_s, b.host_link_bytes_per_s) && same(a.fast_fabric, b.fast_fabric) &&
-         same(a.link_bytes_per_s, b.link_bytes_per_s) && same(a.links, b.links) &&
-         same(a.fast_domain_chips, b.fast_domain_chips) && same(a.max_slice_chips, b.max_slice_chips) &&
-         same(a.hop_latency_s, b.hop_latency_s) && same(a.torus_dims, b.torus_dims) &&
-         same(a.wraparound, b.wraparound) && same(a.wrap_edge, b.wrap_edge) &&
-         same(a.scale_out_fabric, b.scale_out_fabric) &&
-         same(a.scale_out_bytes_per_s, b.scale_out_bytes_per_s) &&
-         same(a.scale_out_latency_s, b.scale_out_latency_s) && same(a.link_efficiency, b.link_efficiency) &&
-         same(a.scale_out_efficiency, b.scale_out_efficiency) && same(a.matmul_tile, b.matmul_tile) &&
-         same(a.matmul_tile_k, b.matmul_tile_k) && same(a.matmul_units, b.matmul_units) &&
-         same(a.attention_peak_fraction, b.attention_peak_fraction) &&
-         same(a.vector_peak_fraction, b.vector_peak_fraction) && same(a.comm_units, b.comm_units) &&
-         same(a.comm_memory_traffic, b.comm_memory_traffic) &&
-         same(a.eager_host_per_op_s, b.eager_host_per_op_s) && same(a.eager_launch_s, b.eager_launch_s) &&
-         same(a.defer_host_per_op_s, b.defer_host_per_op_s) && same(a.defer_launch_s, b.defer_launch_s) &&
-         same(a.compiled_host_per_op_s, b.compiled_host_per_op_s) &&
-         same(a.compiled_launch_s, b.compiled_launch_s) &&
-         same(a.separate_collective_launch_s, b.separate_collective_launch_s) &&
-         same(a.compiled_fuses_matmul_epilogue, b.compiled_fuses_matmul_epilogue) &&
-         same(a.compiled_covers_step, b.compiled_covers_step) &&
-         same(a.cpu_op_overhead_s, b.cpu_op_overhead_s) &&
-         same(a.cpu_view_overhead_s, b.cpu_view_overhead_s) && same(a.fused_attention, b.fused_attention) &&
-         same(a.host_fused_kernels, b.host_fused_kernels) &&
-         same(a.matmul_rate_measured, b.matmul_rate_measured) && same(a.kernel_rates, b.kernel_rates) &&
-         same(a.cache_bytes, b.cache_bytes) && same(a.cache_bytes_per_s, b.cache_bytes_per_s) &&
-         same(a.serial_kernels, b.serial_kernels) && same(a.matmul_k_overhead, b.matmul_k_overhead) &&
-         same(a.tdp_w, b.tdp_w) && same(a.idle_w, b.idle_w) && same(a.host_w_per_chip, b.host_w_per_chip) &&
-         same(a.network_w_per_chip, b.network_w_per_chip) && same(a.chip_mtbf_s, b.chip_mtbf_s) &&
-         same(a.host_mtbf_s, b.host_mtbf_s) && same(a.link_mtbf_s, b.link_mtbf_s) &&
-         same(a.software_mtbf_s, b.software_mtbf_s) && same(a.replace_chips, b.replace_chips) &&
-         same(a.file, b.file) && same(a.sources, b.sources);
 }
 
 }  // namespace titan::devices

@@ -178,11 +178,6 @@ struct ChipSpec {
   }
 };
 
-// Every figure alike, sources and file included (doubles compared by their bits): a chip that
-// equals another is simulated the same (compute_cost.cpp shares one copy of each).
-bool operator==(const ChipSpec& a, const ChipSpec& b);
-inline bool operator!=(const ChipSpec& a, const ChipSpec& b) { return !(a == b); }
-
 // Measured constants of this host for the `cpu` device, written by the calibration command
 // as a TOML file of `key = value` lines (optionally under a `[cpu]` table):
 //   sgemm_flops = 1.2e11           # per process, FLOP/s, measured under the run's process count

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <mutex>
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
@@ -117,27 +116,8 @@ OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read,
   return op;
 }
 
-namespace {
-
-// The shared copy of a chip (ComputeModel::chip_): found by comparing every figure, so a chip
-// changed in any (a test's capped copy, a user's chip file) is a chip of its own. Few kinds
-// in one process; past kMaxChips each model keeps a copy of its own.
-std::shared_ptr<const ChipSpec> shared_chip(const ChipSpec& chip) {
-  constexpr size_t kMaxChips = 32;
-  static std::mutex mu;
-  static std::vector<std::shared_ptr<const ChipSpec>> chips;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& c : chips)
-    if (*c == chip) return c;
-  auto c = std::make_shared<const ChipSpec>(chip);
-  if (chips.size() < kMaxChips) chips.push_back(c);
-  return c;
-}
-
-}  // namespace
-
 ComputeModel::ComputeModel(const ChipSpec& chip, ExecutionMode mode)
-    : chip_(shared_chip(chip)), mode_(mode), overheads_(execution_overheads(chip, mode)) {
+    : chip_(chip), mode_(mode), overheads_(execution_overheads(chip, mode)) {
   TITAN_CHECK(chip.peak_bf16_flops > 0 && chip.hbm_bytes_per_s > 0, "chip ", chip.name,
               " has no peak or memory bandwidth");
 }
@@ -154,10 +134,10 @@ ComputeModel::ComputeModel(const ChipSpec& chip, ExecutionMode mode)
 //  NeuronCores); the last wave runs partly empty. Fewer tiles than engines: K is split.
 double ComputeModel::matmul_efficiency(const MatmulShape& s) const {
   // A zero-sized dimension is no work: the clock share, as for an empty grouped GEMM.
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return chip_->clock_ratio();
-  const TileGrid grid = tile_grid(*chip_);
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return chip_.clock_ratio();
+  const TileGrid grid = tile_grid(chip_);
   const ProductTiles p = product_tiles({std::max<int64_t>(1, s.batch), s.m, s.n, s.k}, grid);
-  return chip_->clock_ratio() * p.flops / p.padded * wave_fill(p.tiles, p.k_steps, grid.units);
+  return chip_.clock_ratio() * p.flops / p.padded * wave_fill(p.tiles, p.k_steps, grid.units);
 }
 
 double ComputeModel::attention_flops(const AttentionShape& s) const {
@@ -166,7 +146,7 @@ double ComputeModel::attention_flops(const AttentionShape& s) const {
   if (s.causal) {
     // Blocks of T x T: with nb blocks per side the kernel computes nb(nb+1)/2 of nb^2.
     double nb = std::ceil(static_cast<double>(std::max(s.q_len, s.kv_len)) /
-                          static_cast<double>(std::max<int64_t>(1, chip_->matmul_tile)));
+                          static_cast<double>(std::max<int64_t>(1, chip_.matmul_tile)));
     full *= (nb + 1) / (2 * nb);
   }
   return full * (s.backward ? kFlashBackwardFlopRatio : 1.0);
@@ -176,20 +156,20 @@ double ComputeModel::attention_flops(const AttentionShape& s) const {
 // copy bandwidth of a cache-resident buffer) streams them from there: activations of a small
 // model are written by one op and read by the next without reaching DRAM.
 double ComputeModel::memory_s(double bytes) const {
-  if (chip_->cache_bytes > 0 && chip_->cache_bytes_per_s > 0 && bytes <= chip_->cache_bytes)
-    return bytes / chip_->cache_bytes_per_s;
-  return bytes / (chip_->hbm_bytes_per_s * chip_->hbm_efficiency);
+  if (chip_.cache_bytes > 0 && chip_.cache_bytes_per_s > 0 && bytes <= chip_.cache_bytes)
+    return bytes / chip_.cache_bytes_per_s;
+  return bytes / (chip_.hbm_bytes_per_s * chip_.hbm_efficiency);
 }
 
 // Accelerators overlap math with memory traffic (the roofline's max). One CPU thread issues
 // both from the same instruction stream and waits on its loads: their times add.
 double ComputeModel::combine(double compute_s, double memory_s) const {
-  return chip_->serial_kernels ? compute_s + memory_s : std::max(compute_s, memory_s);
+  return chip_.serial_kernels ? compute_s + memory_s : std::max(compute_s, memory_s);
 }
 
 double ComputeModel::compute_s(double flops, double efficiency) const {
   if (flops <= 0) return 0;
-  return flops / (chip_->peak_bf16_flops * std::max(efficiency, 1e-6));
+  return flops / (chip_.peak_bf16_flops * std::max(efficiency, 1e-6));
 }
 
 double ComputeModel::roofline_s(const OpDesc& op) const {
@@ -202,7 +182,7 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
   // A fused kernel this device's calibration timed (ChipSpec::kernel_rates): its measured rate,
   // which already holds its math and its cache traffic; operands beyond the cache still wait
   // on DRAM.
-  if (const double rate = chip_->kernel_rates.empty() ? 0 : measured_kernel_rate(chip_->kernel_rates, op); rate > 0) {
+  if (const double rate = chip_.kernel_rates.empty() ? 0 : measured_kernel_rate(chip_.kernel_rates, op); rate > 0) {
     if (op.kind == OpKind::kAttention) return {op.flops / rate, 0};
     if (op.kind == OpKind::kFused) return {0, std::max(bytes / rate, memory_s(bytes))};
   }
@@ -212,7 +192,7 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
       bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
       double flops = shaped ? 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k
                             : op.flops;
-      double eff = shaped ? matmul_efficiency(op.mm) : chip_->clock_ratio();
+      double eff = shaped ? matmul_efficiency(op.mm) : chip_.clock_ratio();
       return {compute_s(flops, eff), memory_s(bytes)};
     }
     case OpKind::kAttention: {
@@ -223,15 +203,15 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
       double e2 = matmul_efficiency({a.batch * a.heads, a.q_len, a.head_dim, a.kv_len});
       double eff = 2.0 / (1.0 / e1 + 1.0 / e2) * kFlashForwardFactor;
       // The framework's kernel may cap below that (FA2 on Hopper/Blackwell, see ChipSpec).
-      if (chip_->attention_peak_fraction > 0)
-        eff = std::min(eff, chip_->attention_peak_fraction * chip_->clock_ratio());
+      if (chip_.attention_peak_fraction > 0)
+        eff = std::min(eff, chip_.attention_peak_fraction * chip_.clock_ratio());
       if (a.backward) eff *= kFlashBackwardFactor / kFlashForwardFactor;
       const double flops = attention_flops(a);
       // Scores computed: the GEMM FLOPs over the 4 * head_dim each score takes per pass.
       const double scores = flops / (4.0 * static_cast<double>(std::max<int64_t>(1, a.head_dim)) *
                                      (a.backward ? kFlashBackwardFlopRatio : 1.0));
       const double engine_s =
-          compute_s(scores * (a.backward ? kFlashBackwardScoreOps : kFlashForwardScoreOps), chip_->vector_peak_fraction);
+          compute_s(scores * (a.backward ? kFlashBackwardScoreOps : kFlashForwardScoreOps), chip_.vector_peak_fraction);
       return {std::max(compute_s(flops, eff), engine_s), memory_s(bytes)};
     }
     case OpKind::kView:
@@ -239,7 +219,7 @@ ComputeModel::KernelTime ComputeModel::kernel_time(const OpDesc& op) const {
     default:
       // Pointwise / reductions / copies: memory bound on every accelerator (a few FLOPs per
       // byte), but keep the compute side for ops that record heavy math.
-      return {compute_s(op.flops, chip_->vector_peak_fraction), memory_s(bytes)};
+      return {compute_s(op.flops, chip_.vector_peak_fraction), memory_s(bytes)};
   }
 }
 
@@ -250,7 +230,7 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
   // A timed fused kernel rests on its measurement, unless its operands spill to DRAM and the
   // streaming estimate sets its time instead.
   const bool timed = op.kind == OpKind::kAttention || op.kind == OpKind::kFused;
-  if (const double rate = timed && !chip_->kernel_rates.empty() ? measured_kernel_rate(chip_->kernel_rates, op) : 0;
+  if (const double rate = timed && !chip_.kernel_rates.empty() ? measured_kernel_rate(chip_.kernel_rates, op) : 0;
       rate > 0) {
     const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
     const bool spills = op.kind == OpKind::kFused && memory_s(bytes) > bytes / rate;
@@ -264,13 +244,13 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
       const bool shaped = op.mm.m > 0 && op.mm.n > 0 && op.mm.k > 0;
       const double eff = !op.groups.empty() ? grouped_matmul_efficiency(op.groups)
                          : shaped            ? matmul_efficiency(op.mm)
-                                             : chip_->clock_ratio();
-      if (eff < kMeasuredShapeFactor * chip_->clock_ratio())
+                                             : chip_.clock_ratio();
+      if (eff < kMeasuredShapeFactor * chip_.clock_ratio())
         return CostBasis::kMatmulShape;
-      const bool measured = chip_->matmul_rate_measured || chip_->sustained_clock_hz > 0;
+      const bool measured = chip_.matmul_rate_measured || chip_.sustained_clock_hz > 0;
       if (measured) return CostBasis::kMatmulMeasured;
-      if (chip_->fitted_clock_share > 0) return CostBasis::kMatmulFitted;
-      return chip_->borrowed_clock_ratio > 0 ? CostBasis::kMatmulBorrowed : CostBasis::kMatmulDatasheet;
+      if (chip_.fitted_clock_share > 0) return CostBasis::kMatmulFitted;
+      return chip_.borrowed_clock_ratio > 0 ? CostBasis::kMatmulBorrowed : CostBasis::kMatmulDatasheet;
     }
     default:
       return t.memory_s >= t.compute_s ? CostBasis::kMemory : CostBasis::kVector;
@@ -280,12 +260,12 @@ CostBasis ComputeModel::basis_of(const OpDesc& op, const KernelTime& t) const {
 // A running collective takes comm_units of the matrix units (GPU SMs) and its traffic's
 // share of HBM bandwidth; the kernel's compute and memory sides stretch by what is left.
 double ComputeModel::rate_under_comm(const Kernel& k) const {
-  const double units = static_cast<double>(std::max<int64_t>(1, chip_->matmul_units));
-  const double units_left = 1.0 - std::min(0.5, static_cast<double>(chip_->comm_units) / units);
+  const double units = static_cast<double>(std::max<int64_t>(1, chip_.matmul_units));
+  const double units_left = 1.0 - std::min(0.5, static_cast<double>(chip_.comm_units) / units);
   const double comm_bytes_per_s =
-      chip_->comm_memory_traffic * chip_->link_bidi_per_chip() * chip_->link_efficiency;
+      chip_.comm_memory_traffic * chip_.link_bidi_per_chip() * chip_.link_efficiency;
   const double hbm_left =
-      1.0 - std::min(0.5, comm_bytes_per_s / (chip_->hbm_bytes_per_s * chip_->hbm_efficiency));
+      1.0 - std::min(0.5, comm_bytes_per_s / (chip_.hbm_bytes_per_s * chip_.hbm_efficiency));
   const double alone = k.launch_s + combine(k.compute_s, k.memory_s);
   const double shared =
       k.launch_s + combine(k.compute_s / units_left, k.memory_s / hbm_left);

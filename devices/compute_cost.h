@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -168,7 +167,7 @@ class ComputeModel {
   double rate_under_comm(const Kernel& k) const;
 
   const ExecutionOverheads& overheads() const { return overheads_; }
-  const ChipSpec& chip() const { return *chip_; }
+  const ChipSpec& chip() const { return chip_; }
 
  private:
   struct KernelTime {
@@ -181,9 +180,7 @@ class ComputeModel {
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;
 
-  // One copy per distinct chip in the process, shared by every model of it: a study builds a
-  // model per replay, and copying the chip's figures and sources was a good part of that.
-  std::shared_ptr<const ChipSpec> chip_;
+  ChipSpec chip_;
   ExecutionMode mode_;
   ExecutionOverheads overheads_;
 };

@@ -250,7 +250,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
     const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
                            ? ops[i - 1] : nullptr;
     const double bytes = fused_bytes(ops, i, j, mm);
-    k.compute_s = compute_s(flops, chip_->vector_peak_fraction);
+    k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
     k.memory_s = memory_s(bytes);
     k.exec_s = combine(k.compute_s, k.memory_s);
     k.basis = real_ops == 0 ? CostBasis::kNone

@@ -39,7 +39,7 @@ OpDesc grouped_matmul_op(const std::string& name, std::vector<MatmulShape> group
 // Too few tiles for the engines: K is split as for one GEMM, no deeper than the shallowest
 // product allows.
 double ComputeModel::grouped_matmul_efficiency(const std::vector<MatmulShape>& groups) const {
-  const TileGrid grid = tile_grid(*chip_);
+  const TileGrid grid = tile_grid(chip_);
   double flops = 0, padded = 0;
   int64_t tiles = 0, min_k_steps = 0;
   for (const MatmulShape& s : groups) {
@@ -50,8 +50,8 @@ double ComputeModel::grouped_matmul_efficiency(const std::vector<MatmulShape>& g
     tiles += p.tiles;
     min_k_steps = min_k_steps == 0 ? p.k_steps : std::min(min_k_steps, p.k_steps);
   }
-  if (tiles == 0) return chip_->clock_ratio();
-  return chip_->clock_ratio() * flops / padded * wave_fill(tiles, min_k_steps, grid.units);
+  if (tiles == 0) return chip_.clock_ratio();
+  return chip_.clock_ratio() * flops / padded * wave_fill(tiles, min_k_steps, grid.units);
 }
 
 }  // namespace titan::devices

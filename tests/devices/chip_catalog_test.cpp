@@ -114,34 +114,5 @@ TEST(ChipCatalog, CalibrationErrorsNameTheProblem) {
   EXPECT_THROW(load_cpu_calibration("/nonexistent/cal.toml"), Error);
 }
 
-// Models share one copy of each chip (compute_cost.cpp), found by equality: so a copy with
-// any figure changed, -0.0 for 0.0 or a source included, must not equal the catalog's, and a
-// model of it must use its own figures.
-TEST(ChipCatalog, EqualityComparesEveryFigure) {
-  const ChipSpec v7 = find_chip("tpu-v7");
-  EXPECT_TRUE(v7 == find_chip("tpu-v7"));
-  EXPECT_FALSE(v7 == find_chip("tpu-v6e"));
-  auto differs = [&](auto change) {
-    ChipSpec c = v7;
-    change(c);
-    return c != v7;
-  };
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.hbm_efficiency *= 0.5; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.comm_units += 1; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.fitted_clock_share = c.fitted_clock_share == 0 ? -0.0 : 0.0; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.sources["compute.peak_bf16_flops"] += " (edited)"; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.kernel_rates["titan::rms_norm"] = 1e10; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.replace_chips += 1; }));
-  EXPECT_TRUE(differs([](ChipSpec& c) { c.file += "x"; }));
-
-  ChipSpec slow = v7;
-  slow.peak_bf16_flops /= 2;
-  const ComputeModel a(v7, ExecutionMode::kCompiled), b(slow, ExecutionMode::kCompiled), c(v7, ExecutionMode::kEager);
-  EXPECT_EQ(&a.chip(), &c.chip());  // one copy of the catalog chip
-  EXPECT_EQ(b.chip().peak_bf16_flops, v7.peak_bf16_flops / 2);
-  const OpDesc mm = matmul_op("aten::mm", {1, 8192, 8192, 8192});
-  EXPECT_DOUBLE_EQ(b.roofline_s(mm), 2 * a.roofline_s(mm));
-}
-
 }  // namespace
 }  // namespace titan::devices
