@@ -1,7 +1,7 @@
 // Exposed communication split by collective kind: the timeline's exposed time (communication
 // running while no compute does) shared among the collectives running at each instant, so the
 // parts add up to the step's exposed_comm_s. The replay computes it from its timeline
-// (SimulationOptions::exposed_by_kind); trainer/simulate/exposed_comm.h from a report's events.
+// (SimulationOptions::exposed_by_kind); trainer/simulate/exposed_comm.h sums it over a pipeline.
 #pragma once
 
 #include <map>

@@ -170,16 +170,8 @@ void Replay::add_kernel(const Kernel& k) {
 }
 
 TimelineTask& Replay::fresh_task() {
-  TimelineTask& t = task_;
-  t.deps.clear();
-  t.links.clear();
-  t.category.clear();
-  t.overhead_category = "launch overhead";
-  t.stream = 0;
-  t.duration_s = t.ready_s = t.overhead_s = t.shared_s = 0;
-  t.rate_under_comm = 1;
-  t.basis = t.overhead_basis = t.slowdown_basis = -1;
-  return t;
+  task_.reset();
+  return task_;
 }
 
 int64_t Replay::add_host(const Kernel& k) {

@@ -34,6 +34,17 @@ struct TimelineTask {
   // step. A compute task's overhead_s goes to `overhead_basis`, and the time it lost to
   // communication running beside it to `slowdown_basis`.
   int basis = -1, overhead_basis = -1, slowdown_basis = -1;
+
+  // Every field back to its default above, the vectors and the category keeping their room
+  // (a replay fills one task per kernel and collective).
+  void reset() {
+    std::vector<int64_t> d = std::move(deps);
+    std::vector<int> l = std::move(links);
+    std::string c = std::move(category);
+    *this = TimelineTask{};
+    d.clear(), l.clear(), c.clear();
+    deps = std::move(d), links = std::move(l), category = std::move(c);
+  }
 };
 
 struct TaskTiming {
@@ -141,9 +152,5 @@ class Timeline {
   mutable std::vector<TaskTiming> timings_;
   mutable bool dirty_ = false;
 };
-
-// Max-min fair rates of flows over shared links (progressive filling): every link carries
-// a total rate of at most 1; a flow with no links runs at 1. flows[i] lists flow i's links.
-std::vector<double> max_min_fair_rates(const std::vector<std::vector<int>>& flows);
 
 }  // namespace titan::devices

@@ -42,6 +42,8 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   };
   std::vector<Seen> seen(storages.size() + 1);
   LiveRanges out;
+  out.storages = storages.size();
+  out.resizes = resizes.size();
   // The ops that touch each resized storage, in order (LiveRange::use_from / use_to); found
   // per tensor use through a vector by id (ids are 1, 2, ...; any other hashed).
   IdMap<std::vector<int64_t>> touches;

@@ -66,6 +66,7 @@ struct LiveRange {
 };
 struct LiveRanges {
   int64_t ops = 0;
+  size_t storages = 0, resizes = 0;  // the tables walked (a reuse checks it walked the same)
   std::vector<int64_t> part_begins;  // first op of each part
   std::vector<LiveRange> ranges;
   std::vector<std::string> makers;

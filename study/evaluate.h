@@ -21,7 +21,7 @@ const char* verdict_name(Verdict v);  // "ok" | "oom" | "invalid"
 // (waiting for other stages) and the rest of the idle time (host dispatch bound).
 struct Breakdown {
   double compute_s = 0, exposed_comm_s = 0, bubble_s = 0, idle_s = 0;
-  // exposed_comm_s by collective kind (trainer/simulate/exposed_comm.h), largest first.
+  // exposed_comm_s by collective kind (devices/exposed_by_kind.h), largest first.
   std::vector<devices::CostItem> exposed_by_kind;
 };
 Breakdown breakdown_of(const SimulationResult& r);

@@ -44,6 +44,11 @@ std::string RecordingCache::first_not_resized() const {
   return first_not_resized_;
 }
 
+std::string RecordingCache::first_not_derived() const {
+  std::lock_guard<std::mutex> lock(why_mu_);
+  return first_not_derived_;
+}
+
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
 std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::take(
@@ -178,7 +183,12 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) 
       auto derived = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
       ++derived_replicas;
       return derived;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      ++not_derived;
+      {
+        std::lock_guard<std::mutex> lock(why_mu_);
+        if (first_not_derived_.empty()) first_not_derived_ = e.what();
+      }
       return record_probe_of(cfg, "recorded\n" + k).get();
     }
   };

@@ -56,10 +56,11 @@ class RecordingCache {
   std::atomic<int64_t> not_resized{0};  // resizable steps recorded after all, and the first why
   std::string first_not_resized() const;
   // Replica derivation (trainer/simulate/replica_derivation.h): a layout's dp_replicate 1
-  // probe under separate collectives made from its dp_replicate 2 probe instead of recorded;
-  // off: both are recorded.
+  // probe made from its dp_replicate 2 probe instead of recorded; off: both are recorded.
   bool derive_replicas = true;
   std::atomic<int64_t> derived_replicas{0};  // probes derived (not recorded themselves)
+  std::atomic<int64_t> not_derived{0};  // derivations refused (recorded after all), and the first why
+  std::string first_not_derived() const;
   std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
   std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
 
@@ -115,7 +116,7 @@ class RecordingCache {
   std::map<std::string, ProbeFuture> probes_;  // by the key of the layout at degree 2
   std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
   mutable std::mutex why_mu_;
-  std::string first_not_resized_;
+  std::string first_not_resized_, first_not_derived_;
   std::atomic<int64_t> probe_degree_{3};  // the last probe degree that worked: tried first
   // The recorders' queue: what to record.
   std::mutex queue_mu_;

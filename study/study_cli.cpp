@@ -30,8 +30,8 @@ std::string study_usage() {
          "  --search  the best layouts for the base config's model, device and chip count\n"
          "  --full-depth  record every point at its model's depth (no layer extrapolation from\n"
          "            shallow recordings; for comparisons)\n"
-         "  --every-replica  record dp_replicate 1 layouts under separate collectives too (no\n"
-         "            derivation from the dp_replicate 2 recording; for comparisons)\n"
+         "  --every-replica  record dp_replicate 1 layouts too (no derivation from the\n"
+         "            dp_replicate 2 recording; for comparisons)\n"
          "  --every-degree  record every dp_shard degree (no resizing of one degree's recording;\n"
          "            for comparisons)\n"
          "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
@@ -49,7 +49,7 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
       "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
       "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
-      "dp_replicate 2; %zu recorder%s%s\n",
+      "dp_replicate 2, %lld not%s%s; %zu recorder%s%s\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
       static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
@@ -57,7 +57,9 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       static_cast<long long>(cache.resized_in_place.load()),
       static_cast<long long>(cache.not_resized.load()), cache.not_resized.load() ? " (first: " : "",
       cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "",
-      static_cast<long long>(cache.derived_replicas.load()), cache.recorders(),
+      static_cast<long long>(cache.derived_replicas.load()), static_cast<long long>(cache.not_derived.load()),
+      cache.not_derived.load() ? " (first: " : "", cache.not_derived.load() ? (cache.first_not_derived() + ")").c_str() : "",
+      cache.recorders(),
       cache.recorders() == 1 ? "" : "s",
       cache.recording_in_processes() ? " (processes)" : " (in-process)");
 }

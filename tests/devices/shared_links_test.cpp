@@ -2,6 +2,7 @@
 // while communication runs where the chip says so; on the timeline and through simulate_step.
 #include <gtest/gtest.h>
 
+#include "devices/fair_rates.h"
 #include "devices/step_simulator.h"
 #include "devices/timeline.h"
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "trainer/config/config_keys.h"
 #include "trainer/config/config_loader.h"
 
 namespace titan {
@@ -65,6 +66,11 @@ TEST(Config, OverridesWriteOnlyTheirOwnConfig) {
   apply_override(fresh, "model.n_layers", "3");
   EXPECT_EQ(fresh.training.seq_len, defaults.training.seq_len);
   EXPECT_EQ(fresh.model.n_layers, 3);
+  const JobConfig& table = KeyTable::get().proto();
+  EXPECT_EQ(table.training.seq_len, defaults.training.seq_len);
+  EXPECT_EQ(table.model.n_layers, defaults.model.n_layers);
+  EXPECT_EQ(table.checkpoint.exclude_from_loading, defaults.checkpoint.exclude_from_loading);
+  EXPECT_EQ(table.comm.collective_mode, defaults.comm.collective_mode);
 }
 
 TEST(Config, LoadJobConfigParsesBothOverrideForms) {

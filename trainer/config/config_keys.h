@@ -79,6 +79,9 @@ Registry make_registry(JobConfig& cfg);
 class KeyTable {
  public:
   static const KeyTable& get();
+  // One table: a copy's enum fields would still point into this one's proto().
+  KeyTable(const KeyTable&) = delete;
+  KeyTable& operator=(const KeyTable&) = delete;
   // The key of that full name ("section.key"); null if none, or if some field lies outside
   // the config (then no offset would name it, and callers build a registry of their own).
   const KeySpec* find(const std::string& full) const;

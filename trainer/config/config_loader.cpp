@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 #include <toml++/toml.h>
 
 #include "common/error.h"
@@ -134,7 +135,10 @@ std::string node_text(const toml::node& n) {
 }
 
 // Where a key's value goes: the field its registry entry names, or, for an entry of the
-// shared KeyTable (config_keys.h), the same field of another config.
+// shared KeyTable (config_keys.h), the same field of another config: at the same offset from
+// the config's start, which holds for a plain aggregate (no virtual bases or functions moving
+// members between objects of the one type).
+static_assert(!std::is_polymorphic_v<JobConfig>, "Target's offsets assume a plain JobConfig");
 struct Target {
   const JobConfig* proto = nullptr;  // the config the entry's fields are in; null: write there
   JobConfig* cfg = nullptr;

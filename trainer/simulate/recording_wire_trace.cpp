@@ -78,8 +78,9 @@ void get(Reader& r, devices::Trace* t) {
   using Type = devices::TraceEvent::Type;
   *t = devices::Trace();
   // Room for every event at once: growing by doubling moved each 400-byte event about twice
-  // and faulted in pages for twice the room. An event takes at least its type and a handle,
-  // so a damaged count cannot reserve more than the message could hold.
+  // and faulted in pages for twice the room. An event takes at least its type and eight bytes
+  // (a work handle, or its op's name length), so a damaged count cannot reserve more than the
+  // message could hold.
   const size_t n = r.count(sizeof(Type) + sizeof(int64_t));
   t->reserve(n);
   for (size_t i = 0; i < n; ++i) {

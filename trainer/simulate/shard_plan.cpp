@@ -78,12 +78,14 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
   }
   // The memory walk's ranges and the storage table: the same classes by storage.
   // The probe's memory walk has them (its ranges, from these traces and tables) unless it was
-  // not walked; a count of ops that differs would mean they came from other traces.
+  // not walked; counts of ops, parts or table entries that differ would mean they came from
+  // other traces.
   out->live = memory.own_ranges();
   int64_t ops = 0;
   for (const devices::Trace* t : traces)
     for (const TraceEvent& ev : t->events()) ops += ev.type == TraceEvent::Type::kCompute;
-  if (!out->live || out->live->ops != ops || out->live->part_begins.size() != traces.size())
+  if (!out->live || out->live->ops != ops || out->live->part_begins.size() != traces.size() ||
+      out->live->storages != storages.size() || out->live->resizes != resizes.size())
     out->live = std::make_shared<const devices::LiveRanges>(devices::live_ranges(traces, storages, resizes));
   auto sized = [&](int64_t id, int64_t bytes, uint32_t index, std::vector<ShardRewrites::Rank::Sized>* to) {
     const int64_t* n = numel_of.find(id);

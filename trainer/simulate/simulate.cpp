@@ -17,7 +17,6 @@
 #include "trainer/components/optimizer.h"
 #include "trainer/step/parallelize.h"
 #include "trainer/data/tokenizer.h"
-#include "trainer/simulate/exposed_comm.h"
 #include "trainer/simulate/extrapolated_run.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/trainer.h"

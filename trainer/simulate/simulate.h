@@ -79,7 +79,7 @@ struct SimulationResult {
   std::vector<int64_t> extrapolated_from_layers;
   std::string full_depth_reason;
   std::vector<std::string> rejected_samples;  // shallower samples tried first, each with why
-  // report.exposed_comm_s split by collective kind (exposed_comm.h), largest first.
+  // report.exposed_comm_s split by collective kind (devices/exposed_by_kind.h), largest first.
   std::vector<devices::CostItem> exposed_comm_by_kind;
   // Pipeline parallelism (empty without): schedule, bubble over every pipeline rank, each
   // pipeline rank's busy time and memory (the memory above is the largest).

@@ -100,7 +100,7 @@ struct PipelineReplayReport {
                                         // are the first pipeline rank's, its waits as bubble
   std::vector<double> rank_busy_s;      // per pipeline rank: time in its own segments
   double bubble_fraction = 0;           // over every pipeline rank (devices/pipeline_replay.h)
-  // The first pipeline rank's exposed communication by collective kind (exposed_comm.h),
+  // The first pipeline rank's exposed communication by collective kind (devices/exposed_by_kind.h),
   // blocking sends included in separate mode.
   std::vector<devices::CostItem> exposed_by_kind;
   // When each step of each pipeline rank's program ran (RecordedPipeline::program): traces.

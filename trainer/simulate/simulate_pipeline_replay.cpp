@@ -35,7 +35,7 @@ PipelineSegmentCosts cost_pipeline_segments(const RecordedPipeline& rec, const d
         }
       } else if (r > 0) {
         d = devices::simulate_step_time(seg.trace, placement, chip, options);  // only its time counts
-      } else {  // rank 0's report stands for the step: its events give exposed time by kind
+      } else {  // rank 0's report stands for the step: its timeline gives exposed time by kind
         devices::SimulationOptions o = options;
         o.exposed_by_kind = true;
         devices::StepReport sr = devices::simulate_step(seg.trace, placement, chip, o);
