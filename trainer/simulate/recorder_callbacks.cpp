@@ -46,6 +46,10 @@ namespace {
 
 // The op as far as its inputs tell; bytes_written is filled at the end from the outputs.
 struct Frame : public at::ObserverContext {
+  // A frame per RecordFunction callback: each thread keeps the memory of the frames it freed.
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size);
+
   Frame* parent = nullptr;
   uint64_t serial = 0;           // this thread's count of frames at its entry (never reused)
   bool has_child = false;
@@ -79,6 +83,29 @@ struct Frame : public at::ObserverContext {
 
 thread_local Frame* top = nullptr;
 thread_local uint64_t frames_entered = 0;
+
+// Freed frames' memory, per thread (a frame is freed on the thread that ran its call, so the
+// list holds about as many as the thread's deepest nesting; kMaxSpareFrames bounds it).
+struct SpareFrame {
+  SpareFrame* next;
+};
+constexpr int kMaxSpareFrames = 64;
+thread_local SpareFrame* spare_frames = nullptr;
+thread_local int spare_frame_count = 0;
+
+void* Frame::operator new(size_t size) {
+  if (size != sizeof(Frame) || !spare_frames) return ::operator new(size);
+  SpareFrame* s = spare_frames;
+  spare_frames = s->next;
+  --spare_frame_count;
+  return s;
+}
+
+void Frame::operator delete(void* p, size_t size) {
+  if (size != sizeof(Frame) || spare_frame_count >= kMaxSpareFrames) return ::operator delete(p);
+  spare_frames = new (p) SpareFrame{spare_frames};
+  ++spare_frame_count;
+}
 
 }  // namespace
 
@@ -228,10 +255,11 @@ namespace {
 
 // Every recorded op goes through here: marked with its frame's block membership. Called with
 // `mu` held.
-void record(OpDesc op, bool in_block) {
+void record(OpDesc&& op, bool in_block) {
   op.outside_blocks = !in_block;
   active->add_compute(std::move(op));
 }
+void record(const OpDesc& op, bool in_block) { record(OpDesc(op), in_block); }
 
 // The metadata-only op a reused output leaves in place of the op it skipped, reading each of
 // that op's inputs once (on_exit says why). Called with `mu` held.
