@@ -1,5 +1,7 @@
 #include "trainer/simulate/recorded_op_desc.h"
 
+#include <algorithm>
+
 #include "trainer/simulate/storage_ids.h"
 
 namespace titan {
@@ -101,16 +103,22 @@ void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in
 
 // A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype
 // type_as, contiguous of a contiguous tensor): nothing to record.
-bool returns_an_input(const at::RecordFunction& fn) {
+InputStorages input_storages(c10::ArrayRef<const c10::IValue> in) {
+  InputStorages out;
+  for (const auto& i : in)
+    if (i.isTensor() && i.toTensor().defined()) out.push_back(i.toTensor().storage().unsafeGetStorageImpl());
+  return out;
+}
+
+bool returns_an_input(const at::RecordFunction& fn, const InputStorages& inputs) {
   // An out= overload returns the buffer it was given, after writing it.
   if (const auto op = fn.operator_name(); !op || op->overload_name.find("out") != std::string::npos) return false;
   bool any = false;
   for (const auto& o : fn.outputs()) {
     if (!o.isTensor() || !o.toTensor().defined()) continue;
-    bool aliased = false;
-    for (const auto& i : fn.inputs())
-      aliased |= i.isTensor() && i.toTensor().defined() && o.toTensor().is_alias_of(i.toTensor());
-    if (!aliased) return false;
+    // Tensor::is_alias_of: the same storage.
+    const c10::StorageImpl* s = o.toTensor().storage().unsafeGetStorageImpl();
+    if (std::find(inputs.begin(), inputs.end(), s) == inputs.end()) return false;
     any = true;
   }
   return any;

@@ -5,6 +5,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <string>
@@ -28,7 +29,11 @@ void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out);
 constexpr size_t kFirstInputNotRead = static_cast<size_t>(-1);
 void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, devices::OpDesc* d,
                    int64_t* first_bytes, size_t* first_reads);
-// A non-in-place, non-out= call all of whose outputs alias an input did no work.
-bool returns_an_input(const at::RecordFunction& fn);
+// The storages of a call's tensor inputs (at most a few: kept inline).
+using InputStorages = c10::SmallVector<const c10::StorageImpl*, 4>;
+InputStorages input_storages(c10::ArrayRef<const c10::IValue> in);
+// A non-in-place, non-out= call all of whose outputs alias an input (share a storage of
+// `inputs`, taken on entry) did no work.
+bool returns_an_input(const at::RecordFunction& fn, const InputStorages& inputs);
 
 }  // namespace titan

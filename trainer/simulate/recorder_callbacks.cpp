@@ -75,6 +75,9 @@ struct Frame : public at::ObserverContext {
   // where those leave it out (kFirstInputNotRead) first_input.
   size_t first_reads = 0;
   std::vector<devices::TensorUse> first_input;
+  // An op's tensor inputs' storages: on exit its outputs are compared with them (libtorch
+  // keeps fn.inputs() valid only while the entry callbacks run).
+  InputStorages input_storages;
   std::vector<devices::TensorUse> first_uses() const {
     if (first_reads == kFirstInputNotRead) return first_input;
     return {op.reads.begin(), op.reads.begin() + static_cast<std::ptrdiff_t>(first_reads)};
@@ -246,6 +249,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     f->is_op = true;
     describe_call(kinds, fn.inputs(), &f->op, &f->first_input_bytes, &f->first_reads);
     if (f->first_reads == kFirstInputNotRead) add_uses(fn.inputs()[0], &f->first_input);
+    f->input_storages = input_storages(fn.inputs());
   }
   top = f.get();
   return f;
@@ -340,7 +344,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
   OpDesc& d = f->op;
-  if (d.kind != OpKind::kView && d.name.back() != '_' && returns_an_input(fn)) return;
+  if (d.kind != OpKind::kView && d.name.back() != '_' && returns_an_input(fn, f->input_storages)) return;
   std::vector<devices::TensorUse> writes;
   add_uses_of_outputs(fn, &writes);
   // Where the meta device takes a backward formula's out-of-place variant, a real run writes
