@@ -48,7 +48,6 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
   // per tensor use through a vector by id (ids are 1, 2, ...; any other hashed).
   IdMap<std::vector<int64_t>> touches;
   for (const StorageResize& r : resizes) touches.emplace(r.id, {});
-  auto touched = [&](int64_t id) { return touches.find(id); };
   // Each op's run of element-wise ops (-1: none), as the replay lowers them: a run ends at an
   // op of another kind and at every collective issue or wait (step_simulator.cpp).
   std::vector<int64_t> run;
@@ -90,7 +89,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
             s.next_at = at, s.next_adds = e.op.name == "aten::add_" || e.op.name == "aten::add";
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
-          if (auto* t = touched(u.id); t && (t->empty() || t->back() != at)) t->push_back(at);
+          if (auto* t = touches.find(u.id); t && (t->empty() || t->back() != at)) t->push_back(at);
         }
     }
   }
@@ -115,7 +114,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
       std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->at_op < b->at_op; });
       const bool freed_first = rs.front()->bytes == 0;
       int64_t size = freed_first ? rec.bytes : 0, from = freed_first ? std::max<int64_t>(0, seen[i].first) : 0;
-      const std::vector<int64_t>& used = *touched(id);  // every resized id has an entry
+      const std::vector<int64_t>& used = *touches.find(id);  // every resized id has an entry
       auto piece = [&](int64_t to) {
         if (size <= 0 || to <= from) return;
         LiveRange r{LiveRange::Kind::kResized, 0, id, from, to, size};

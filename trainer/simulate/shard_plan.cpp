@@ -82,8 +82,7 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
   // other traces.
   out->live = memory.own_ranges();
   int64_t ops = 0;
-  for (const devices::Trace* t : traces)
-    for (const TraceEvent& ev : t->events()) ops += ev.type == TraceEvent::Type::kCompute;
+  for (const devices::Trace* t : traces) ops += static_cast<int64_t>(t->compute_ops());
   if (!out->live || out->live->ops != ops || out->live->part_begins.size() != traces.size() ||
       out->live->storages != storages.size() || out->live->resizes != resizes.size())
     out->live = std::make_shared<const devices::LiveRanges>(devices::live_ranges(traces, storages, resizes));
