@@ -49,6 +49,11 @@ std::string RecordingCache::first_not_derived() const {
   return first_not_derived_;
 }
 
+size_t RecordingCache::probes_held() {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  return probes_.size();
+}
+
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
 std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::take(
@@ -164,12 +169,21 @@ RecordingCache::ProbeFuture RecordingCache::record_probe_of(const JobConfig& cfg
   });
 }
 
-RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) {
-  // Every degree of a layout has the same key at degree 2.
-  const std::string k = key(with_shard_degree(cfg, 2));
+std::string RecordingCache::probe_key(const JobConfig& cfg) { return key(with_shard_degree(cfg, 2)); }
+
+RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, const std::string& k) {
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    if (auto it = probes_.find(k); it != probes_.end()) return it->second;
+  }
   std::optional<ProbeFuture> from;  // the dp_replicate 2 layout's probe, to derive this one from
+  std::string from_key;
   try {
-    if (derive_replicas && replica_derivable(cfg)) from = request_probe(with_two_replicas(cfg));
+    if (derive_replicas && replica_derivable(cfg)) {
+      const JobConfig two = with_two_replicas(cfg);
+      from_key = probe_key(two);
+      from = request_probe(two, from_key);
+    }
   } catch (const std::exception&) {
     // degrees that do not resolve at dp_replicate 2: recorded as it is
   }
@@ -178,23 +192,43 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg) 
   if (auto it = probes_.find(k); it != probes_.end()) return it->second;
   // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
   // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
-  auto derive = [this, cfg, k, from = *from]() -> std::shared_ptr<const ProbeRecording> {
+  // The derivation counts as a use of the dp_replicate 2 probe, released when it is done.
+  auto derive = [this, cfg, k, from = *from, from_key]() -> std::shared_ptr<const ProbeRecording> {
+    std::shared_ptr<const ProbeRecording> made;
     try {
-      auto derived = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
+      made = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
       ++derived_replicas;
-      return derived;
     } catch (const std::exception& e) {
       ++not_derived;
       {
         std::lock_guard<std::mutex> lock(why_mu_);
         if (first_not_derived_.empty()) first_not_derived_ = e.what();
       }
-      return record_probe_of(cfg, "recorded\n" + k).get();
+      const std::string recorded = "recorded\n" + k;
+      try {
+        made = record_probe_of(cfg, recorded).get();
+      } catch (...) {
+        release_prefetched(from_key);
+        throw;
+      }
+      std::lock_guard<std::mutex> lock(map_mu_);
+      probes_.erase(recorded);  // held by this probe's own entry from now on
     }
+    release_prefetched(from_key);
+    return made;
   };
   ProbeFuture fut = std::async(std::launch::deferred, derive).share();
   probes_.emplace(k, fut);
+  ++prefetched_[from_key];
   return fut;
+}
+
+void RecordingCache::release_prefetched(const std::string& k) {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  auto it = prefetched_.find(k);
+  if (it == prefetched_.end() || --it->second > 0) return;
+  prefetched_.erase(it);
+  probes_.erase(k);
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg, bool counted) {
@@ -206,8 +240,22 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
     // degrees that do not resolve: the recording reports the error
   }
   if (!resizable) return request_recorded(cfg);
-  ProbeFuture probe = request_probe(cfg);
-  return std::async(std::launch::deferred, [this, probe, cfg]() -> std::shared_ptr<const RecordedStep> {
+  const std::string k = probe_key(cfg);
+  ProbeFuture probe = request_probe(cfg, k);
+  if (!counted) {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    ++prefetched_[k];
+  }
+  return std::async(std::launch::deferred, [this, probe, cfg, k, counted]() -> std::shared_ptr<const RecordedStep> {
+           // A prefetch's use of the probe ends with its resize (the resized step holds what it
+           // needs of the probe's plan); the last one's drops the cache's hold on the probe.
+           struct Release {
+             RecordingCache* cache;
+             const std::string* key;
+             ~Release() {
+               if (cache) cache->release_prefetched(*key);
+             }
+           } release{counted ? nullptr : this, &k};
            std::shared_ptr<const ProbeRecording> p;
            std::string why;
            try {

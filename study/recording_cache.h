@@ -42,7 +42,11 @@ class RecordingCache {
   // that a caller needing several recordings keeps the recorders busy. A resized step
   // is made by whoever waits on it first (on that thread) and is not kept: it takes a
   // millisecond to make and as much memory as a recording.
-  // counted = false: a prefetch, not a lookup (lookups() counts what points replay).
+  // counted = false: a prefetch, not a lookup (lookups() counts what points replay). Every
+  // prefetch is expected to be waited on once: when the last prefetch of a probe has been
+  // resized, the cache lets the probe go (a study prefetches all its points before it
+  // evaluates any, so a layout's probes are freed once its points have them, and the study's
+  // memory stays near what the points in flight hold; a later request records it again).
   std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg, bool counted = true);
 
   // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
@@ -65,6 +69,7 @@ class RecordingCache {
   std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
 
   int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
+  size_t probes_held();  // probes the cache still holds (recorded or derived)
   int64_t lookups() const { return lookups_; }
   void count_lookup() { ++lookups_; }  // a point replays what a prefetch asked for
   double record_seconds() const;  // time spent recording, summed over the recorders
@@ -83,7 +88,9 @@ class RecordingCache {
   void enqueue(Job job);
   std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
-  ProbeFuture request_probe(const JobConfig& cfg);
+  static std::string probe_key(const JobConfig& cfg);  // every degree of a layout: its key at degree 2
+  ProbeFuture request_probe(const JobConfig& cfg, const std::string& key);
+  void release_prefetched(const std::string& key);
   ProbeFuture record_probe_of(const JobConfig& cfg, const std::string& key);
   // map[key], or a new entry that a recorder fills with make(recorder).
   template <class T, class Make>
@@ -114,6 +121,7 @@ class RecordingCache {
   std::mutex map_mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;
   std::map<std::string, ProbeFuture> probes_;  // by the key of the layout at degree 2
+  std::map<std::string, int64_t> prefetched_;  // per probe key: prefetches not yet resized
   std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
   mutable std::mutex why_mu_;
   std::string first_not_resized_, first_not_derived_;

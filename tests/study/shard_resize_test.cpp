@@ -227,6 +227,39 @@ TEST(ShardResize, CacheRecordsOneProbePerLayoutForEveryDegree) {
   EXPECT_NE(step[0], step[2]);
 }
 
+TEST(ShardResize, CacheLetsAProbeGoOnceEveryPrefetchOfItIsResized) {
+  // Prefetched points of one layout at three degrees, as a study queues them: the probe is
+  // held until the last of them is resized, then let go; the points are those of a cache
+  // that keeps it, and a later request records the probe again. The layout's dp_replicate 1
+  // probe is derived from its dp_replicate 2 probe, held until the derivation is done.
+  const JobConfig base = tiny_config();
+  auto overrides = [](int64_t w) {
+    return Overrides{{"parallelism.data_parallel_shard_degree", std::to_string(w)},
+                     {"simulation.num_chips", std::to_string(w)}};
+  };
+  RecordingCache cache, kept;
+  cache.layer_extrapolation = kept.layer_extrapolation = false;
+  std::vector<Prefetched> pre;
+  for (int64_t w : {4, 8, 32}) pre.push_back(prefetch(base, overrides(w), cache));
+  EXPECT_EQ(cache.probes_held(), 2u);
+  const std::vector<int64_t> degrees = {4, 8, 32};
+  for (size_t i = 0; i < degrees.size(); ++i) {
+    const Point p = evaluate(base, overrides(degrees[i]), cache, &pre[i]);
+    pre[i] = Prefetched{};
+    ASSERT_EQ(p.verdict, Verdict::kOk) << p.reason;
+    EXPECT_EQ(cache.probes_held(), i + 1 < degrees.size() ? 1u : 0u) << degrees[i];
+    const Point q = evaluate(base, overrides(degrees[i]), kept);
+    EXPECT_EQ(p.result.report.step_time_s, q.result.report.step_time_s) << degrees[i];
+    EXPECT_EQ(p.result.memory.total_gib(), q.result.memory.total_gib()) << degrees[i];
+  }
+  EXPECT_EQ(cache.derived_replicas.load(), 1);
+  EXPECT_EQ(kept.probes_held(), 1u);  // lookups that were not prefetched keep theirs
+  EXPECT_EQ(cache.recordings(), 1);
+  const Point again = evaluate(base, overrides(8), cache);
+  EXPECT_EQ(again.verdict, Verdict::kOk) << again.reason;
+  EXPECT_EQ(cache.recordings(), 2);
+}
+
 TEST(ShardResize, OnlyLayoutsWithAShardDegreeThatFollowsTheBatch) {
   EXPECT_TRUE(shard_resizable(at_degree({}, 8, 1)));
   EXPECT_FALSE(shard_resizable(at_degree({}, 1, 1)));
