@@ -1,6 +1,8 @@
 // Config loading: precedence (command line > file > defaults) and the error for each bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 #include "common/error.h"
@@ -71,6 +73,46 @@ TEST(Config, OverridesWriteOnlyTheirOwnConfig) {
   EXPECT_EQ(table.model.n_layers, defaults.model.n_layers);
   EXPECT_EQ(table.checkpoint.exclude_from_loading, defaults.checkpoint.exclude_from_loading);
   EXPECT_EQ(table.comm.collective_mode, defaults.comm.collective_mode);
+}
+
+// A TOML file and the command line find keys in the one KeyTable and write through the same
+// offset: each type of key (and a TorchTitan alias and value) gives the same config either
+// way, from several threads at once, and the table's own config keeps its defaults.
+TEST(Config, TomlAndOverridesGiveTheSameConfig) {
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {"training.seq_len", "77"},           {"optimizer.lr", "0.25"},
+      {"checkpoint.enable", "true"},        {"job.description", "\"two words\""},
+      {"comm.collective_mode", "\"separate\""}, {"checkpoint.exclude_from_loading", "[\"optimizer\", \"dataloader\"]"},
+      {"training.batch_size", "3"},         {"training.data.dataset", "\"c4_test\""},
+      {"metrics.enable_tensorboard", "true"}};
+  std::map<std::string, std::string> sections;  // TOML defines each table once
+  for (const auto& [k, v] : keys) {
+    const auto dot = k.find('.');
+    sections[k.substr(0, dot)] += k.substr(dot + 1) + " = " + v + "\n";
+  }
+  std::string toml;
+  for (const auto& [section, lines] : sections) toml += "[" + section + "]\n" + lines;
+  JobConfig by_override;
+  for (auto [k, v] : keys) {
+    if (v.front() == '"') v = v.substr(1, v.size() - 2);  // the command line's text has no quotes
+    apply_override(by_override, k, v);
+  }
+  std::vector<JobConfig> by_toml(4);
+  std::vector<std::thread> threads;
+  for (auto& c : by_toml) threads.emplace_back([&c, &toml] { apply_toml(c, toml, "same.toml"); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(by_override.training.local_batch_size, 3);
+  EXPECT_EQ(by_override.checkpoint.exclude_from_loading, (std::vector<std::string>{"optimizer", "dataloader"}));
+  auto sorted = [](std::vector<std::string> v) {  // the file lists the keys by section
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted(by_override.ignored_keys).size(), 2u);
+  for (const auto& c : by_toml) {
+    EXPECT_EQ(config_to_toml(c), config_to_toml(by_override));
+    EXPECT_EQ(sorted(c.ignored_keys), sorted(by_override.ignored_keys));
+  }
+  EXPECT_EQ(config_to_toml(KeyTable::get().proto()), config_to_toml(JobConfig{}));
 }
 
 TEST(Config, LoadJobConfigParsesBothOverrideForms) {

@@ -1,7 +1,10 @@
 #include "trainer/config/config_keys.h"
 
+#include <algorithm>
 #include <functional>
 #include <type_traits>
+
+#include "common/error.h"
 
 namespace titan {
 namespace {
@@ -253,8 +256,12 @@ KeyTable::KeyTable() : reg_(make_registry(proto_)) {
           else return f;
         },
         s.field));
-    rebinds_ &= !std::less<const char*>()(field, base) && std::less<const char*>()(field, base + sizeof(JobConfig));
+    // make_registry points every key at a member of the config it is given; one that did not
+    // would be written in proto_ by every caller.
+    TITAN_CHECK(!std::less<const char*>()(field, base) && std::less<const char*>()(field, base + sizeof(JobConfig)),
+                "config key ", s.full(), ": its field lies outside the JobConfig (make_registry)");
     by_name_.emplace(s.full(), i);
+    if (!has_section(s.section)) sections_.push_back(s.section);
   }
 }
 
@@ -264,13 +271,12 @@ const KeyTable& KeyTable::get() {
 }
 
 const KeySpec* KeyTable::find(const std::string& full) const {
-  const int64_t i = position(full);
-  return i < 0 || !rebinds_ ? nullptr : &reg_.keys[static_cast<size_t>(i)];
+  auto it = by_name_.find(full);
+  return it == by_name_.end() ? nullptr : &reg_.keys[it->second];
 }
 
-int64_t KeyTable::position(const std::string& full) const {
-  auto it = by_name_.find(full);
-  return it == by_name_.end() ? -1 : static_cast<int64_t>(it->second);
+bool KeyTable::has_section(const std::string& section) const {
+  return std::find(sections_.begin(), sections_.end(), section) != sections_.end();
 }
 
 }  // namespace titan

@@ -16,7 +16,7 @@ namespace titan {
 
 // A choice key: reads and writes an enum field by its index into `names`. The field is an
 // address and two plain functions of it (not closures over it), so that the loader can aim a
-// key at another config's field (config_loader.cpp keeps one registry for every override).
+// key at another config's field (every key read goes through the one KeyTable below).
 struct EnumField {
   std::vector<std::string> names;
   void* at = nullptr;
@@ -72,30 +72,35 @@ struct Registry {
 // Every key of `cfg`, in the order --help and saved configs list them; fields point into cfg.
 Registry make_registry(JobConfig& cfg);
 
-// One registry for every override: a study applies some ten per configuration, and building
-// the registry (200 keys with their help texts) per override was most of applying one. Its
-// entries' fields lie in proto(); a caller writes the same field of its own config, at the
-// same offset (config_loader.cpp). Built once, read-only after, so shared by threads.
+// The one registry every key read goes through (a TOML file's and a command line's): a study
+// applies some ten overrides per configuration and a TOML config per recording
+// (study/recorder_pool.cpp), and building the
+// registry (200 keys with their help texts) per call was most of the cost of either. Its
+// entries' fields lie in proto(); a caller writes the same field of its own config, at the same
+// offset (config_loader.cpp). Built once, read-only after, so shared by threads.
 class KeyTable {
  public:
+  // Throws (a bug, not a config error) if some key's field lies outside proto(): no offset
+  // would name it in another config.
   static const KeyTable& get();
   // One table: a copy's enum fields would still point into this one's proto().
   KeyTable(const KeyTable&) = delete;
   KeyTable& operator=(const KeyTable&) = delete;
-  // The key of that full name ("section.key"); null if none, or if some field lies outside
-  // the config (then no offset would name it, and callers build a registry of their own).
+  // The key of that full name ("section.key"); null if none.
   const KeySpec* find(const std::string& full) const;
+  // Every key, in make_registry's order (for "did you mean" and --help).
+  const std::vector<KeySpec>& keys() const { return reg_.keys; }
+  // The sections, in the keys' order.
+  const std::vector<std::string>& sections() const { return sections_; }
+  bool has_section(const std::string& section) const;
   const JobConfig& proto() const { return proto_; }
-  // Where that key is in every make_registry's list (its order does not depend on the values);
-  // -1 if none.
-  int64_t position(const std::string& full) const;
 
  private:
   KeyTable();
   JobConfig proto_;
   Registry reg_;
   std::unordered_map<std::string, size_t> by_name_;  // the first key of each name
-  bool rebinds_ = true;  // every field lies inside proto_
+  std::vector<std::string> sections_;
 };
 
 }  // namespace titan

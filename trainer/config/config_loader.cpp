@@ -61,26 +61,19 @@ std::string type_name(const KeySpec& s) {
   return std::visit(Visitor{}, s.field);
 }
 
-void check_section(const Registry& r, const std::string& section, const std::string& where) {
-  std::vector<std::string> sections;
-  for (auto& s : r.keys) {
-    if (s.section == section) return;
-    if (std::find(sections.begin(), sections.end(), s.section) == sections.end())
-      sections.push_back(s.section);
-  }
+void check_section(const std::string& section, const std::string& where) {
+  const KeyTable& table = KeyTable::get();
+  if (table.has_section(section)) return;
   TITAN_CONFIG_FAIL(where, "unknown section [", section, "]; did you mean [",
-                    closest(section, sections), "]?");
+                    closest(section, table.sections()), "]?");
 }
 
-KeySpec* find_key(Registry& r, const std::string& section, const std::string& key,
-                  const std::string& where) {
-  check_section(r, section, where);
+// A key the table does not hold: names its section's closest key, or the closest section.
+[[noreturn]] void unknown_key(const std::string& section, const std::string& key, const std::string& where) {
+  check_section(section, where);
   std::vector<std::string> keys_in_section;
-  for (auto& s : r.keys) {
-    if (s.section == section) {
-      keys_in_section.push_back(s.key);
-      if (s.key == key) return &s;
-    }
+  for (const auto& s : KeyTable::get().keys()) {
+    if (s.section == section) keys_in_section.push_back(s.key);
   }
   TITAN_CONFIG_FAIL(where, "unknown key '", section, ".", key, "'; did you mean '", section, ".",
                     closest(key, keys_in_section), "'?");
@@ -134,18 +127,17 @@ std::string node_text(const toml::node& n) {
   return os.str();
 }
 
-// Where a key's value goes: the field its registry entry names, or, for an entry of the
-// shared KeyTable (config_keys.h), the same field of another config: at the same offset from
-// the config's start, which holds for a plain aggregate (no virtual bases or functions moving
-// members between objects of the one type).
+// Where a key's value goes: its KeyTable entry names a field of the table's proto()
+// (config_keys.h); the same field of the config being loaded lies at the same offset from its
+// start, which holds for a plain aggregate (no virtual bases or functions moving members
+// between objects of the one type).
 static_assert(!std::is_polymorphic_v<JobConfig>, "Target's offsets assume a plain JobConfig");
 struct Target {
-  const JobConfig* proto = nullptr;  // the config the entry's fields are in; null: write there
   JobConfig* cfg = nullptr;
   template <typename T>
   T* operator()(T* field) const {
-    if (!proto) return field;
-    const auto offset = reinterpret_cast<const char*>(field) - reinterpret_cast<const char*>(proto);
+    const auto* proto = reinterpret_cast<const char*>(&KeyTable::get().proto());
+    const auto offset = reinterpret_cast<const char*>(field) - proto;
     return reinterpret_cast<T*>(reinterpret_cast<char*>(cfg) + offset);
   }
 };
@@ -177,7 +169,7 @@ T parse_number(const KeySpec& s, const std::string& v, const std::string& shown,
   return x;
 }
 
-void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where, Target to = {}) {
+void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& where, Target to) {
   struct Visitor {
     const KeySpec& s;
     const toml::node& n;
@@ -224,7 +216,7 @@ void set_from_toml(const KeySpec& s, const toml::node& n, const std::string& whe
   std::visit(Visitor{s, n, where, to}, s.field);
 }
 
-void set_from_text(const KeySpec& s, const std::string& v, const std::string& where, Target to = {}) {
+void set_from_text(const KeySpec& s, const std::string& v, const std::string& where, Target to) {
   const std::string shown = "'" + v + "'";
   struct Visitor {
     const KeySpec& s;
@@ -277,7 +269,7 @@ void flatten(const toml::table& t, const std::string& prefix,
              std::vector<std::pair<std::string, const toml::node*>>& out) {
   for (auto&& [k, v] : t) {
     const std::string name = prefix + std::string(k.str());
-    const bool is_key = KeyTable::get().position(name) >= 0;
+    const bool is_key = KeyTable::get().find(name) != nullptr;
     if (v.is_table() && !is_key) {
       flatten(*v.as_table(), name + ".", out);
     } else {
@@ -286,20 +278,20 @@ void flatten(const toml::table& t, const std::string& prefix,
   }
 }
 
-// The registry entry for a key as written (a TorchTitan alias resolves to titan's key);
+// The KeyTable entry for a key as written (a TorchTitan alias resolves to titan's key);
 // nullptr, after noting it in cfg.ignored_keys, for a TorchTitan key titan does not implement.
-KeySpec* resolve_key(JobConfig& cfg, Registry& reg, const std::string& written, const std::string& where) {
+// The one lookup behind a TOML file's keys and the command line's.
+const KeySpec* resolve_key(JobConfig& cfg, const std::string& written, const std::string& where) {
   const std::string full = titan_key_for(written);
   // A key titan registers is honoured even where TorchTitan's list calls its section or key
-  // unimplemented: the registry, not that list, says what titan implements. Found by name
-  // (KeyTable), not by spelling out every key's name per key read.
-  if (const int64_t i = KeyTable::get().position(full); i >= 0) return &reg.keys.at(static_cast<size_t>(i));
+  // unimplemented: the registry, not that list, says what titan implements.
+  if (const KeySpec* spec = KeyTable::get().find(full)) return spec;
   if (torchtitan_only_key(full)) {
     cfg.ignored_keys.push_back(written);
     return nullptr;
   }
   const auto dot = full.find('.');
-  return find_key(reg, full.substr(0, dot), full.substr(dot + 1), where);
+  unknown_key(full.substr(0, dot), full.substr(dot + 1), where);
 }
 
 std::string titan_value(JobConfig& cfg, const KeySpec& s, const std::string& v) {
@@ -319,31 +311,30 @@ void apply_toml(JobConfig& cfg, const std::string& text, const std::string& file
     TITAN_CONFIG_FAIL(file_label, ":", e.source().begin.line, ": TOML syntax error: ",
                       e.description());
   }
-  Registry reg = make_registry(cfg);
+  const Target to{&cfg};
   for (auto&& [section, node] : tbl) {
     const std::string where_s =
         file_label + ":" + std::to_string(node.source().begin.line) + ": ";
     TITAN_CONFIG_CHECK(node.is_table(), where_s, "'", section.str(),
                        "' is outside any [section]; every key belongs to one, e.g. [training]");
     const std::string sec(section.str());
-    const bool registered = std::any_of(reg.keys.begin(), reg.keys.end(),
-                                        [&](const KeySpec& k) { return k.section == sec; });
-    if (registered || !torchtitan_only_key(sec + ".")) check_section(reg, sec, where_s);
+    // A section TorchTitan has and titan lacks ([float8]) is noted key by key, not refused.
+    if (!torchtitan_only_key(sec + ".")) check_section(sec, where_s);
     std::vector<std::pair<std::string, const toml::node*>> entries;
     flatten(*node.as_table(), sec + ".", entries);
     for (auto& [name, value] : entries) {
       const std::string where =
           file_label + ":" + std::to_string(value->source().begin.line) + ": ";
-      KeySpec* spec = resolve_key(cfg, reg, name, where);
+      const KeySpec* spec = resolve_key(cfg, name, where);
       if (!spec) continue;
       if (auto* str = value->as_string()) {
         const std::string v = titan_value(cfg, *spec, str->get());
         if (v != str->get()) {
-          set_from_toml(*spec, toml::value<std::string>(v), where);
+          set_from_toml(*spec, toml::value<std::string>(v), where, to);
           continue;
         }
       }
-      set_from_toml(*spec, *value, where);
+      set_from_toml(*spec, *value, where, to);
     }
   }
 }
@@ -352,23 +343,18 @@ void apply_override(JobConfig& cfg, const std::string& key, const std::string& v
   const std::string where = "command line --" + key + ": ";
   auto dot = key.find('.');
   TITAN_CONFIG_CHECK(dot != std::string::npos, where, "expected --section.key, got --", key);
-  // As resolve_key finds a registered key; anything else (TorchTitan's keys, errors) there.
-  const KeyTable& table = KeyTable::get();
-  if (const KeySpec* spec = table.find(titan_key_for(key)))
-    return set_from_text(*spec, titan_value(cfg, *spec, value), where, Target{&table.proto(), &cfg});
-  Registry reg = make_registry(cfg);
-  KeySpec* spec = resolve_key(cfg, reg, key, where);
-  if (spec) set_from_text(*spec, titan_value(cfg, *spec, value), where);
+  if (const KeySpec* spec = resolve_key(cfg, key, where))
+    set_from_text(*spec, titan_value(cfg, *spec, value), where, Target{&cfg});
 }
 
 std::string config_help() {
-  JobConfig defaults;
-  Registry reg = make_registry(defaults);
+  // The table's own config holds the defaults.
+  const KeyTable& table = KeyTable::get();
   std::ostringstream os;
   os << "usage: titan-train --config FILE [--section.key VALUE | --section.key=VALUE ...]\n"
      << "Command line beats file beats defaults. Keys (default, type):\n";
   std::string section;
-  for (auto& s : reg.keys) {
+  for (const auto& s : table.keys()) {
     if (s.section != section) os << "\n[" << (section = s.section) << "]\n";
     os << "  --" << s.full() << " = " << value_text(s) << "   (" << format_range(s) << ") "
        << s.help << "\n";
