@@ -171,7 +171,7 @@ RecordingCache::ProbeFuture RecordingCache::record_probe_of(const JobConfig& cfg
 
 std::string RecordingCache::probe_key(const JobConfig& cfg) { return key(with_shard_degree(cfg, 2)); }
 
-RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, const std::string& k) {
+RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, const std::string& k, bool prefetch) {
   {
     std::lock_guard<std::mutex> lock(map_mu_);
     if (auto it = probes_.find(k); it != probes_.end()) return it->second;
@@ -182,7 +182,7 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
     if (derive_replicas && replica_derivable(cfg)) {
       const JobConfig two = with_two_replicas(cfg);
       from_key = probe_key(two);
-      from = request_probe(two, from_key);
+      from = request_probe(two, from_key, prefetch);
     }
   } catch (const std::exception&) {
     // degrees that do not resolve at dp_replicate 2: recorded as it is
@@ -193,7 +193,7 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
   // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
   // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
   // The derivation counts as a use of the dp_replicate 2 probe, released when it is done.
-  auto derive = [this, cfg, k, from = *from, from_key]() -> std::shared_ptr<const ProbeRecording> {
+  auto derive = [this, cfg, k, from = *from, from_key, prefetch]() -> std::shared_ptr<const ProbeRecording> {
     std::shared_ptr<const ProbeRecording> made;
     try {
       made = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
@@ -208,18 +208,18 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
       try {
         made = record_probe_of(cfg, recorded).get();
       } catch (...) {
-        release_prefetched(from_key);
+        if (prefetch) release_prefetched(from_key);
         throw;
       }
       std::lock_guard<std::mutex> lock(map_mu_);
       probes_.erase(recorded);  // held by this probe's own entry from now on
     }
-    release_prefetched(from_key);
+    if (prefetch) release_prefetched(from_key);
     return made;
   };
   ProbeFuture fut = std::async(std::launch::deferred, derive).share();
   probes_.emplace(k, fut);
-  ++prefetched_[from_key];
+  if (prefetch) ++prefetched_[from_key];
   return fut;
 }
 
@@ -228,7 +228,7 @@ void RecordingCache::release_prefetched(const std::string& k) {
   auto it = prefetched_.find(k);
   if (it == prefetched_.end() || --it->second > 0) return;
   prefetched_.erase(it);
-  probes_.erase(k);
+  if (!pinned_.count(k)) probes_.erase(k);
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg, bool counted) {
@@ -241,10 +241,13 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
   }
   if (!resizable) return request_recorded(cfg);
   const std::string k = probe_key(cfg);
-  ProbeFuture probe = request_probe(cfg, k);
-  if (!counted) {
+  ProbeFuture probe = request_probe(cfg, k, !counted);
+  {
     std::lock_guard<std::mutex> lock(map_mu_);
-    ++prefetched_[k];
+    if (counted)
+      pinned_.insert(k);
+    else
+      ++prefetched_[k];
   }
   return std::async(std::launch::deferred, [this, probe, cfg, k, counted]() -> std::shared_ptr<const RecordedStep> {
            // A prefetch's use of the probe ends with its resize (the resized step holds what it

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -46,7 +47,8 @@ class RecordingCache {
   // prefetch is expected to be waited on once: when the last prefetch of a probe has been
   // resized, the cache lets the probe go (a study prefetches all its points before it
   // evaluates any, so a layout's probes are freed once its points have them, and the study's
-  // memory stays near what the points in flight hold; a later request records it again).
+  // memory stays near what the points in flight hold; a later request records it again). A
+  // probe a lookup asked for is kept.
   std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg, bool counted = true);
 
   // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
@@ -89,7 +91,9 @@ class RecordingCache {
   std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   static std::string probe_key(const JobConfig& cfg);  // every degree of a layout: its key at degree 2
-  ProbeFuture request_probe(const JobConfig& cfg, const std::string& key);
+  // prefetch: asked for by a prefetch (the derivation of a dp_replicate 1 probe then counts as
+  // a prefetched use of the dp_replicate 2 probe); else by a lookup.
+  ProbeFuture request_probe(const JobConfig& cfg, const std::string& key, bool prefetch);
   void release_prefetched(const std::string& key);
   ProbeFuture record_probe_of(const JobConfig& cfg, const std::string& key);
   // map[key], or a new entry that a recorder fills with make(recorder).
@@ -122,6 +126,9 @@ class RecordingCache {
   std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;
   std::map<std::string, ProbeFuture> probes_;  // by the key of the layout at degree 2
   std::map<std::string, int64_t> prefetched_;  // per probe key: prefetches not yet resized
+  // Probe keys a lookup asked for (a deeper layer sample, a point not prefetched): kept for
+  // good, since the layout's other points are likely to ask for them again.
+  std::set<std::string> pinned_;
   std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
   mutable std::mutex why_mu_;
   std::string first_not_resized_, first_not_derived_;

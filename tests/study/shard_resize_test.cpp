@@ -230,8 +230,9 @@ TEST(ShardResize, CacheRecordsOneProbePerLayoutForEveryDegree) {
 TEST(ShardResize, CacheLetsAProbeGoOnceEveryPrefetchOfItIsResized) {
   // Prefetched points of one layout at three degrees, as a study queues them: the probe is
   // held until the last of them is resized, then let go; the points are those of a cache
-  // that keeps it, and a later request records the probe again. The layout's dp_replicate 1
-  // probe is derived from its dp_replicate 2 probe, held until the derivation is done.
+  // that keeps it, and a later lookup records the probe again and keeps it. The layout's
+  // dp_replicate 1 probe is derived from its dp_replicate 2 probe, which a prefetched
+  // derivation holds until it is done and a lookup's keeps.
   const JobConfig base = tiny_config();
   auto overrides = [](int64_t w) {
     return Overrides{{"parallelism.data_parallel_shard_degree", std::to_string(w)},
@@ -253,11 +254,13 @@ TEST(ShardResize, CacheLetsAProbeGoOnceEveryPrefetchOfItIsResized) {
     EXPECT_EQ(p.result.memory.total_gib(), q.result.memory.total_gib()) << degrees[i];
   }
   EXPECT_EQ(cache.derived_replicas.load(), 1);
-  EXPECT_EQ(kept.probes_held(), 1u);  // lookups that were not prefetched keep theirs
+  // Lookups that were not prefetched keep theirs, and the dp_replicate 2 probe derived from.
+  EXPECT_EQ(kept.probes_held(), 2u);
   EXPECT_EQ(cache.recordings(), 1);
   const Point again = evaluate(base, overrides(8), cache);
   EXPECT_EQ(again.verdict, Verdict::kOk) << again.reason;
   EXPECT_EQ(cache.recordings(), 2);
+  EXPECT_EQ(cache.probes_held(), 2u);
 }
 
 TEST(ShardResize, OnlyLayoutsWithAShardDegreeThatFollowsTheBatch) {
