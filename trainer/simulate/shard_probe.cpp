@@ -25,6 +25,7 @@ struct ProbeRejected : std::runtime_error {
 
 class NoteTaker : public FsdpObserver {
  public:
+  // probe_degree 0: notes only, no probe degree's checks (record_noted).
   NoteTaker(ShardNotes* notes, int64_t probe_degree) : n_(notes), w_(probe_degree) { set_fsdp_observer(this); }
   ~NoteTaker() override { set_fsdp_observer(nullptr); }
   NoteTaker(const NoteTaker&) = delete;
@@ -32,10 +33,11 @@ class NoteTaker : public FsdpObserver {
 
   void plan(int64_t degree, const std::vector<int64_t>& numels) override {
     std::string why;
-    if (degree != w_) throw ProbeRejected("an FSDP plan over " + std::to_string(degree) + " ranks at probe degree " +
-                                          std::to_string(w_));
+    if (w_ > 0 && degree != w_)
+      throw ProbeRejected("an FSDP plan over " + std::to_string(degree) + " ranks at probe degree " +
+                          std::to_string(w_));
     for (int64_t n : numels)
-      if (!distinguishable(n, degree, &why)) throw ProbeRejected(why);
+      if (w_ > 0 && !distinguishable(n, degree, &why)) throw ProbeRejected(why);
     n_->ranks.emplace_back();
     n_->ranks.back().degree = degree;
     n_->ranks.back().numels = numels;
@@ -70,6 +72,18 @@ class NoteTaker : public FsdpObserver {
   ShardNotes* n_;
   int64_t w_;
 };
+
+// The step and notes as a probe holds them: its Communicator calls dropped (the probe
+// degree's are no other degree's, and copying them into every resized step costs).
+ProbeRecording noted_probe(RecordedStep step, int64_t degree, ShardNotes notes, const JobConfig& cfg) {
+  const size_t ranks = step.pipeline ? step.pipeline->ranks.size() : 1;
+  TITAN_CHECK(notes.conflict.empty(), "shard resizing: ", notes.conflict);
+  TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(), " FSDP plans for ", ranks, " ranks");
+  step.calls.clear();
+  if (step.pipeline)
+    for (auto& c : step.pipeline->calls) c.clear();
+  return make_probe(std::move(step), degree, std::move(notes), cfg);
+}
 
 }  // namespace
 
@@ -123,18 +137,19 @@ ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree) {
       why = e.what();
       continue;
     }
-    const size_t ranks = out.step.pipeline ? out.step.pipeline->ranks.size() : 1;
-    TITAN_CHECK(notes.conflict.empty(), "shard resizing: ", notes.conflict);
-    TITAN_CHECK(notes.ranks.size() == ranks, "shard resizing: ", notes.ranks.size(),
-                " FSDP plans for ", ranks, " ranks");
-    // Every Communicator call, for comparisons with real runs: the probe degree's are no
-    // other degree's, and copying them into every resized step costs.
-    out.step.calls.clear();
-    if (out.step.pipeline)
-      for (auto& c : out.step.pipeline->calls) c.clear();
-    return make_probe(std::move(out.step), w, std::move(notes), cfg);
+    return noted_probe(std::move(out.step), w, std::move(notes), cfg);
   }
   TITAN_FAIL("shard resizing: no probe degree tells every shard size apart (", why, ")");
+}
+
+ProbeRecording record_noted(const JobConfig& cfg) {
+  ShardNotes notes;
+  RecordedStep step;
+  {
+    NoteTaker taker(&notes, 0);
+    step = record_step(cfg, /*place=*/false);
+  }
+  return noted_probe(std::move(step), parallel_dims(cfg, cfg.simulation.num_chips).dp_shard, std::move(notes), cfg);
 }
 
 }  // namespace titan

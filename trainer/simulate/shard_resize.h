@@ -48,6 +48,13 @@ JobConfig with_shard_degree(const JobConfig& cfg, int64_t w);
 // titan::Error when no probe degree works.
 ProbeRecording record_probe(const JobConfig& cfg, int64_t first_degree = 3);
 
+// cfg's step recorded at its own dp_shard degree with FSDP's notes, as a probe holds them, but
+// without a probe degree's checks (shard sizes told apart, every FSDP plan over the probe
+// degree): not for resizing. For tests of what else is made from a probe's notes (replica
+// derivation) on layouts no probe degree records, such as expert parallelism (the one probe
+// degree ep can divide is ep itself, and the router's experts x dim weight is a multiple of it).
+ProbeRecording record_noted(const JobConfig& cfg);
+
 // A probe from its parts: the step recorded at `degree` (calls cleared) and what FSDP noted
 // meanwhile; cfg gives the collective mode and bucket cap. record_probe's result, and a probe
 // carried from a recorder process (trainer/simulate/recording_wire.h).
