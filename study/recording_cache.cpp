@@ -50,8 +50,8 @@ std::string RecordingCache::first_not_derived() const {
 }
 
 size_t RecordingCache::probes_held() {
-  std::lock_guard<std::mutex> lock(map_mu_);
-  return probes_.size();
+  std::lock_guard<std::mutex> lock(probes_->mu);
+  return probes_->entries.size();
 }
 
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
@@ -128,10 +128,12 @@ void RecordingCache::enqueue(Job job) {
 
 std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { return request(cfg).get(); }
 
-template <class T, class Make>
+template <class T, class Make, class Noted>
 std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
-    std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key, Make make) {
-  std::lock_guard<std::mutex> lock(map_mu_);
+    std::mutex& mu, std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
+    Make make, Noted noted) {
+  std::lock_guard<std::mutex> lock(mu);
+  noted(key);
   auto it = map.find(key);
   if (it != map.end()) return it->second;
   auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
@@ -157,78 +159,100 @@ std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg) {
-  return cached(entries_, key(cfg),
-                [cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); });
-}
-
-RecordingCache::ProbeFuture RecordingCache::record_probe_of(const JobConfig& cfg, const std::string& k) {
-  return cached(probes_, k, [this, cfg](Recorder& r) {
-    auto probe = std::make_shared<const ProbeRecording>(r.probe(cfg, probe_degree_.load()));
-    probe_degree_ = probe->degree;
-    return probe;
-  });
+  return cached(
+      map_mu_, entries_, key(cfg), [cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); },
+      [](const std::string&) {});
 }
 
 std::string RecordingCache::probe_key(const JobConfig& cfg) { return key(with_shard_degree(cfg, 2)); }
 
-RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, const std::string& k, bool prefetch) {
+void RecordingCache::Probes::release(const std::string& k) {
+  ProbeFuture gone;  // destroyed unlocked: a derived probe's derivation may hold another's use
   {
-    std::lock_guard<std::mutex> lock(map_mu_);
-    if (auto it = probes_.find(k); it != probes_.end()) return it->second;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = prefetched.find(k);
+    if (it == prefetched.end() || --it->second > 0) return;
+    prefetched.erase(it);
+    if (pinned.count(k)) return;
+    auto e = entries.find(k);
+    if (e == entries.end()) return;
+    gone = std::move(e->second);
+    entries.erase(e);
+  }
+}
+
+RecordingCache::ProbeHold::~ProbeHold() {
+  if (auto p = probes.lock()) p->release(key);
+}
+
+RecordingCache::Hold RecordingCache::note_use(const std::string& k, bool prefetch) {
+  if (!prefetch) {
+    probes_->pinned.insert(k);
+    return nullptr;
+  }
+  ++probes_->prefetched[k];
+  return std::make_shared<ProbeHold>(probes_, k);
+}
+
+RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, const std::string& k, bool prefetch,
+                                                          Hold* hold) {
+  {
+    std::lock_guard<std::mutex> lock(probes_->mu);
+    if (auto it = probes_->entries.find(k); it != probes_->entries.end()) {
+      *hold = note_use(k, prefetch);
+      return it->second;
+    }
   }
   std::optional<ProbeFuture> from;  // the dp_replicate 2 layout's probe, to derive this one from
-  std::string from_key;
+  Hold from_hold;                   // the derivation's use of it
   try {
     if (derive_replicas && replica_derivable(cfg)) {
       const JobConfig two = with_two_replicas(cfg);
-      from_key = probe_key(two);
-      from = request_probe(two, from_key, prefetch);
+      from = request_probe(two, probe_key(two), prefetch, &from_hold);
     }
   } catch (const std::exception&) {
     // degrees that do not resolve at dp_replicate 2: recorded as it is
   }
-  if (!from) return record_probe_of(cfg, k);
-  std::lock_guard<std::mutex> lock(map_mu_);
-  if (auto it = probes_.find(k); it != probes_.end()) return it->second;
+  auto record = [this, cfg](Recorder& r) {
+    auto probe = std::make_shared<const ProbeRecording>(r.probe(cfg, probe_degree_.load()));
+    probe_degree_ = probe->degree;
+    return probe;
+  };
+  if (!from) return cached(probes_->mu, probes_->entries, k, record, [&](const std::string&) { *hold = note_use(k, prefetch); });
+  std::lock_guard<std::mutex> lock(probes_->mu);
+  *hold = note_use(k, prefetch);
+  if (auto it = probes_->entries.find(k); it != probes_->entries.end()) return it->second;  // from_hold goes unused
   // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
   // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
-  // The derivation counts as a use of the dp_replicate 2 probe, released when it is done.
-  auto derive = [this, cfg, k, from = *from, from_key, prefetch]() -> std::shared_ptr<const ProbeRecording> {
-    std::shared_ptr<const ProbeRecording> made;
+  // The lambda lives as long as this entry does: it lets go of the dp_replicate 2 probe, and
+  // of its use, once the derivation is done.
+  auto derive = [this, cfg, k, record, from = *from, from_hold]() mutable -> std::shared_ptr<const ProbeRecording> {
+    ProbeFuture src = std::move(from);
+    Hold used = std::move(from_hold);
     try {
-      made = std::make_shared<const ProbeRecording>(probe_without_replicas(*from.get(), cfg));
+      auto made = std::make_shared<const ProbeRecording>(probe_without_replicas(*src.get(), cfg));
       ++derived_replicas;
+      return made;
     } catch (const std::exception& e) {
       ++not_derived;
       {
         std::lock_guard<std::mutex> lock(why_mu_);
         if (first_not_derived_.empty()) first_not_derived_ = e.what();
       }
-      const std::string recorded = "recorded\n" + k;
-      try {
-        made = record_probe_of(cfg, recorded).get();
-      } catch (...) {
-        if (prefetch) release_prefetched(from_key);
-        throw;
-      }
-      std::lock_guard<std::mutex> lock(map_mu_);
-      probes_.erase(recorded);  // held by this probe's own entry from now on
     }
-    if (prefetch) release_prefetched(from_key);
-    return made;
+    src = {}, used.reset();
+    // Recorded through the cache's queue under a key of its own, held by this entry alone.
+    const std::string recorded = "recorded\n" + k;
+    ProbeFuture fut = cached(probes_->mu, probes_->entries, recorded, record, [](const std::string&) {});
+    {
+      std::lock_guard<std::mutex> lock(probes_->mu);
+      probes_->entries.erase(recorded);
+    }
+    return fut.get();
   };
-  ProbeFuture fut = std::async(std::launch::deferred, derive).share();
-  probes_.emplace(k, fut);
-  if (prefetch) ++prefetched_[from_key];
+  ProbeFuture fut = std::async(std::launch::deferred, std::move(derive)).share();
+  probes_->entries.emplace(k, fut);
   return fut;
-}
-
-void RecordingCache::release_prefetched(const std::string& k) {
-  std::lock_guard<std::mutex> lock(map_mu_);
-  auto it = prefetched_.find(k);
-  if (it == prefetched_.end() || --it->second > 0) return;
-  prefetched_.erase(it);
-  if (!pinned_.count(k)) probes_.erase(k);
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(const JobConfig& cfg, bool counted) {
@@ -240,25 +264,9 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
     // degrees that do not resolve: the recording reports the error
   }
   if (!resizable) return request_recorded(cfg);
-  const std::string k = probe_key(cfg);
-  ProbeFuture probe = request_probe(cfg, k, !counted);
-  {
-    std::lock_guard<std::mutex> lock(map_mu_);
-    if (counted)
-      pinned_.insert(k);
-    else
-      ++prefetched_[k];
-  }
-  return std::async(std::launch::deferred, [this, probe, cfg, k, counted]() -> std::shared_ptr<const RecordedStep> {
-           // A prefetch's use of the probe ends with its resize (the resized step holds what it
-           // needs of the probe's plan); the last one's drops the cache's hold on the probe.
-           struct Release {
-             RecordingCache* cache;
-             const std::string* key;
-             ~Release() {
-               if (cache) cache->release_prefetched(*key);
-             }
-           } release{counted ? nullptr : this, &k};
+  Hold hold;  // a prefetch's use of the probe, released once it is resized
+  ProbeFuture probe = request_probe(cfg, probe_key(cfg), !counted, &hold);
+  return std::async(std::launch::deferred, [this, probe, cfg, hold]() mutable -> std::shared_ptr<const RecordedStep> {
            std::shared_ptr<const ProbeRecording> p;
            std::string why;
            try {
@@ -268,8 +276,12 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
              // recorded itself, and reports its own errors.
              why = e.what();
            }
+           probe = {};
            auto [r, state] = spare_->take(p ? p->plan : nullptr);
-           if (p && resize_for_shard_degree(*p, cfg, r.get(), &why, state)) {
+           const bool ok = p && resize_for_shard_degree(*p, cfg, r.get(), &why, state);
+           // The resized step holds what it needs of the probe's plan.
+           p.reset(), hold.reset();
+           if (ok) {
              ++resized;
              if (state->last_in_place) ++resized_in_place;
              return r;

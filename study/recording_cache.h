@@ -91,15 +91,39 @@ class RecordingCache {
   std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   static std::string probe_key(const JobConfig& cfg);  // every degree of a layout: its key at degree 2
-  // prefetch: asked for by a prefetch (the derivation of a dp_replicate 1 probe then counts as
-  // a prefetched use of the dp_replicate 2 probe); else by a lookup.
-  ProbeFuture request_probe(const JobConfig& cfg, const std::string& key, bool prefetch);
-  void release_prefetched(const std::string& key);
-  ProbeFuture record_probe_of(const JobConfig& cfg, const std::string& key);
-  // map[key], or a new entry that a recorder fills with make(recorder).
-  template <class T, class Make>
+  // The probes, by the key of the layout at degree 2, and who holds each entry: prefetches not
+  // yet resized (counted; at zero the entry goes) and lookups (kept for good: a lookup is a
+  // deeper layer sample or a point not prefetched, which the layout's other points are likely
+  // to ask for too). Shared with the holds requests keep, so that a hold dropped after the
+  // cache finds nothing to release.
+  struct Probes {
+    std::mutex mu;
+    std::map<std::string, ProbeFuture> entries;
+    std::map<std::string, int64_t> prefetched;
+    std::set<std::string> pinned;
+    void release(const std::string& key);  // one prefetched use done
+  };
+  // One prefetched use of a probe, released when dropped: after the resize (or derivation) it
+  // was for, or with the request if that never ran.
+  struct ProbeHold {
+    std::weak_ptr<Probes> probes;
+    std::string key;
+    ProbeHold(std::weak_ptr<Probes> p, std::string k) : probes(std::move(p)), key(std::move(k)) {}
+    ProbeHold(const ProbeHold&) = delete;
+    ProbeHold& operator=(const ProbeHold&) = delete;
+    ~ProbeHold();
+  };
+  using Hold = std::shared_ptr<ProbeHold>;  // empty: a lookup's (the entry is kept)
+  // k's probe for cfg, noting the use: prefetch, a counted use and its hold; else a lookup's.
+  // A dp_replicate 1 probe is derived from its dp_replicate 2 probe, used the same way.
+  ProbeFuture request_probe(const JobConfig& cfg, const std::string& k, bool prefetch, Hold* hold);
+  // Under probes_->mu: the use noted; its hold if a prefetch's.
+  Hold note_use(const std::string& k, bool prefetch);
+  // map[key], or a new entry that a recorder fills with make(recorder); noted(key) under mu.
+  template <class T, class Make, class Noted>
   std::shared_future<std::shared_ptr<const T>> cached(
-      std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key, Make make);
+      std::mutex& mu, std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map,
+      const std::string& key, Make make, Noted noted);
 
   // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
   // of a recording is thousands of small allocations, and as many frees), each with what it
@@ -122,13 +146,9 @@ class RecordingCache {
   };
   std::shared_ptr<Spares> spare_ = std::make_shared<Spares>();
 
-  std::mutex map_mu_;
+  std::mutex map_mu_;  // entries_
   std::map<std::string, std::shared_future<std::shared_ptr<const RecordedStep>>> entries_;
-  std::map<std::string, ProbeFuture> probes_;  // by the key of the layout at degree 2
-  std::map<std::string, int64_t> prefetched_;  // per probe key: prefetches not yet resized
-  // Probe keys a lookup asked for (a deeper layer sample, a point not prefetched): kept for
-  // good, since the layout's other points are likely to ask for them again.
-  std::set<std::string> pinned_;
+  std::shared_ptr<Probes> probes_ = std::make_shared<Probes>();
   std::atomic<int64_t> recordings_{0}, lookups_{0}, record_ns_{0};
   mutable std::mutex why_mu_;
   std::string first_not_resized_, first_not_derived_;

@@ -263,6 +263,29 @@ TEST(ShardResize, CacheLetsAProbeGoOnceEveryPrefetchOfItIsResized) {
   EXPECT_EQ(cache.probes_held(), 2u);
 }
 
+TEST(ShardResize, APrefetchDroppedUnusedLetsItsProbeGo) {
+  // A point that fails before it takes its recordings drops its prefetch unused (evaluate()
+  // stops at the first sample that fails): that use is released too, so the probe goes once
+  // the others have been resized.
+  const JobConfig base = tiny_config();
+  auto overrides = [](int64_t w) {
+    return Overrides{{"parallelism.data_parallel_shard_degree", std::to_string(w)},
+                     {"simulation.num_chips", std::to_string(w)}};
+  };
+  RecordingCache cache;
+  cache.layer_extrapolation = false;
+  std::vector<Prefetched> pre;
+  for (int64_t w : {4, 8, 32}) pre.push_back(prefetch(base, overrides(w), cache));
+  ASSERT_EQ(cache.probes_held(), 2u);  // the dp_replicate 1 probe and the one it derives from
+  pre[1] = Prefetched{};
+  for (size_t i : {0, 2}) {
+    EXPECT_EQ(evaluate(base, overrides(i == 0 ? 4 : 32), cache, &pre[i]).verdict, Verdict::kOk);
+    pre[i] = Prefetched{};
+  }
+  EXPECT_EQ(cache.probes_held(), 0u);
+  EXPECT_EQ(cache.recordings(), 1);
+}
+
 TEST(ShardResize, OnlyLayoutsWithAShardDegreeThatFollowsTheBatch) {
   EXPECT_TRUE(shard_resizable(at_degree({}, 8, 1)));
   EXPECT_FALSE(shard_resizable(at_degree({}, 1, 1)));
