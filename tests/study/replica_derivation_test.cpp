@@ -221,7 +221,8 @@ TEST(ReplicaDerivation, ExpertParallelLayoutsHaveNoProbe) {
         }
       }
       std::string why;
-      if (ep % 2 == 1) EXPECT_FALSE(distinguishable(experts * 256, ep, &why)) << l.label;  // the router at degree ep
+      if (ep % 2 == 1)  // the router (experts x dim) at degree ep
+        EXPECT_FALSE(distinguishable(experts * one.model.dim, ep, &why)) << l.label;
     }
 }
 
