@@ -16,6 +16,7 @@ namespace titan::study {
 
 BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep, RecordingCache& cache, int threads,
                                   const SearchSpace& space) {
+  const RunTimer timer;  // the rate covers enumerating and prefetching too, not the jobs alone
   BestLayoutTable t;
   t.combos = sweep.combinations();
   for (const auto& [k, v] : sweep.axes) t.swept.push_back(k);
@@ -63,6 +64,8 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
       // A layout's points at every combination (chip count) on one thread, one after the
       // other: each resizes the same probes' recordings, in place of the previous one's.
       std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(n), static_cast<int64_t>(order.size()) / (4 * std::max(1, threads)))));
+  t.stats.wall_s = timer.wall_s();
+  t.stats.cpu_s = timer.cpu_s();
   for (size_t c = 0; c < n; ++c) {
     Point best;
     best.overrides = t.combos[c];

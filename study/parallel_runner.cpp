@@ -9,10 +9,29 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
 namespace titan::study {
+namespace {
+
+double now_wall_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+}  // namespace
+
+RunTimer::RunTimer() : wall0_(now_wall_s()), cpu0_(process_cpu_s()) {}
+double RunTimer::wall_s() const { return now_wall_s() - wall0_; }
+double RunTimer::cpu_s() const { return process_cpu_s() - cpu0_; }
 
 RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int threads,
                       const std::string& label, int64_t chunk) {
@@ -21,6 +40,7 @@ RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int th
   st.jobs = n;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   st.threads = threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n)));
+  const RunTimer timer;
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<int64_t> next{0}, done{0};
   std::exception_ptr failure;
@@ -67,7 +87,8 @@ RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int th
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
-  st.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.wall_s = timer.wall_s();
+  st.cpu_s = timer.cpu_s();
   if (!label.empty()) print(true);
   if (failure) std::rethrow_exception(failure);
   return st;

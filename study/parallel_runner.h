@@ -13,7 +13,20 @@ struct RunStats {
   int64_t jobs = 0;
   int threads = 0;
   double wall_s = 0;
+  double cpu_s = 0;  // this process's CPU time over the run, all its threads (not recorder processes)
   double rate() const { return wall_s > 0 ? static_cast<double>(jobs) / wall_s : 0; }
+};
+
+// Wall and CPU time (this process, every thread) since it was made: run_parallel's, and a
+// caller's whose run includes work before the jobs (a best-layout table's prefetching).
+class RunTimer {
+ public:
+  RunTimer();
+  double wall_s() const;
+  double cpu_s() const;
+
+ private:
+  double wall0_, cpu0_;
 };
 
 // threads <= 0: every core (std::thread::hardware_concurrency). progress_label empty: quiet.

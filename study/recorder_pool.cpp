@@ -12,6 +12,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -158,6 +161,20 @@ class Remote : public Recorder {
     s.placement = devices::place_on_device(s.chip, cfg.simulation.num_chips, mesh_dims(s.dims),
                                            cfg.simulation.topology);
     return s;
+  }
+  double cpu_seconds() const override {
+    // /proc/PID/stat: utime and stime, in clock ticks, are the 12th and 13th fields after
+    // the parenthesised command name.
+    std::ifstream f("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(stat.substr(close + 1));
+    std::string field;
+    double ticks = 0;
+    for (int i = 1; i <= 13 && in >> field; ++i)
+      if (i >= 12) ticks += std::stod(field);
+    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
   ProbeRecording probe(const JobConfig& cfg, int64_t first_degree) override {
     ProbeRecording p = decode_probe(call(kProbe, cfg, first_degree), cfg);

@@ -25,6 +25,9 @@ class Recorder {
   // one caller at a time (the cache gives each recorder a thread of its own).
   virtual RecordedStep record(const JobConfig& cfg) = 0;
   virtual ProbeRecording probe(const JobConfig& cfg, int64_t first_degree) = 0;
+  // A recorder process's CPU time since it started (0 in this process, whose own CPU time
+  // counts it).
+  virtual double cpu_seconds() const { return 0; }
 };
 
 // Records in this process. The first step a process records differs from every later one (by

@@ -56,6 +56,12 @@ size_t RecordingCache::probes_held() {
 
 double RecordingCache::record_seconds() const { return static_cast<double>(record_ns_.load()) * 1e-9; }
 
+double RecordingCache::recorder_cpu_seconds() const {
+  double s = 0;
+  for (const auto& r : recorders_) s += r->cpu_seconds();
+  return s;
+}
+
 std::pair<std::shared_ptr<RecordedStep>, ResizeState*> RecordingCache::Spares::take(
     const std::shared_ptr<ShardPlan>& plan) {
   std::unique_ptr<Spare> spare;

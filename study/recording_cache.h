@@ -75,6 +75,7 @@ class RecordingCache {
   int64_t lookups() const { return lookups_; }
   void count_lookup() { ++lookups_; }  // a point replays what a prefetch asked for
   double record_seconds() const;  // time spent recording, summed over the recorders
+  double recorder_cpu_seconds() const;  // the recorder processes' CPU time since they started
   size_t recorders() const { return recorders_.size(); }
   bool recording_in_processes() const { return in_processes_; }
 

@@ -49,7 +49,8 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
       "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
       "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
-      "dp_replicate 2, %lld not%s%s; %zu recorder%s%s\n",
+      "dp_replicate 2, %lld not%s%s; %zu recorder%s%s; CPU %.2f s in this process over the run, %.2f s in "
+      "recorder processes since they started\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
       static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
@@ -61,7 +62,7 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       cache.not_derived.load() ? " (first: " : "", cache.not_derived.load() ? (cache.first_not_derived() + ")").c_str() : "",
       cache.recorders(),
       cache.recorders() == 1 ? "" : "s",
-      cache.recording_in_processes() ? " (processes)" : " (in-process)");
+      cache.recording_in_processes() ? " (processes)" : " (in-process)", st.cpu_s, cache.recorder_cpu_seconds());
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {

@@ -158,6 +158,11 @@ TEST(RecorderPool, RecorderProcessRecordsWhatThisProcessRecords) {
   expect_same_replay(cfg, a, b, "tp 2 x dp_shard 4");
   const ProbeRecording p = local->probe(cfg, 3), q = remote[0]->probe(cfg, 3);
   EXPECT_EQ(p.degree, q.degree);
+  // The recorder process's CPU time (titan-study prints it): its recordings took some, and
+  // this process's recorder reports none of its own (this process's time counts it).
+  EXPECT_GT(remote[0]->cpu_seconds(), 0.0);
+  EXPECT_LT(remote[0]->cpu_seconds(), 600.0);
+  EXPECT_EQ(local->cpu_seconds(), 0.0);
   EXPECT_EQ(first_difference(encode_probe(p), encode_probe(q)), "");
   // A config error arrives as one, with the recorder's message.
   const JobConfig bad = tiny_config({"--parallelism.tensor_parallel_degree", "3"});

@@ -2,10 +2,12 @@
 // count, families with no fitting member say why, and the ranking is deterministic.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <set>
 
 #include "common/error.h"
 #include "study/layout_search.h"
+#include "study/parallel_runner.h"
 #include "study_fixture.h"
 
 namespace titan::study {
@@ -76,6 +78,22 @@ TEST(StudySearch, SameVerdictsAcrossThreadCountsAndCaches) {
     EXPECT_NEAR(a.points[i].result.report.step_time_s, b.points[i].result.report.step_time_s, 0.02 * t) << i;
   }
   EXPECT_EQ(a.rejected, b.rejected);
+}
+
+TEST(StudySearch, RunStatsCountEveryThreadsCpuTime) {
+  // Four jobs that each spin 30 ms of their thread's CPU time, on two threads: the run's CPU
+  // time (titan-study prints it beside the rate) holds all four.
+  auto spin = [](double s) {
+    timespec t0{}, t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while (static_cast<double>(t.tv_sec - t0.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec - t0.tv_nsec) < s);
+  };
+  const RunStats st = run_parallel(4, [&](int64_t) { spin(0.03); }, 2, "");
+  EXPECT_EQ(st.jobs, 4);
+  EXPECT_GE(st.cpu_s, 0.11);
+  EXPECT_LT(st.cpu_s, 5.0);
+  EXPECT_GT(st.wall_s, 0.0);
 }
 
 TEST(StudySearch, EnumerationCoversEveryDivisorLayoutOnce) {
