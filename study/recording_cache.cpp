@@ -224,7 +224,9 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
     probe_degree_ = probe->degree;
     return probe;
   };
-  if (!from) return cached(probes_->mu, probes_->entries, k, record, [&](const std::string&) { *hold = note_use(k, prefetch); });
+  if (!from)
+    return cached(probes_->mu, probes_->entries, k, record,
+                  [&](const std::string&) { *hold = note_use(k, prefetch); });
   std::lock_guard<std::mutex> lock(probes_->mu);
   *hold = note_use(k, prefetch);
   if (auto it = probes_->entries.find(k); it != probes_->entries.end()) return it->second;  // from_hold goes unused

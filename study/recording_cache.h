@@ -43,12 +43,12 @@ class RecordingCache {
   // that a caller needing several recordings keeps the recorders busy. A resized step
   // is made by whoever waits on it first (on that thread) and is not kept: it takes a
   // millisecond to make and as much memory as a recording.
-  // counted = false: a prefetch, not a lookup (lookups() counts what points replay). Every
-  // prefetch is expected to be waited on once: when the last prefetch of a probe has been
-  // resized, the cache lets the probe go (a study prefetches all its points before it
-  // evaluates any, so a layout's probes are freed once its points have them, and the study's
-  // memory stays near what the points in flight hold; a later request records it again). A
-  // probe a lookup asked for is kept.
+  // counted = false: a prefetch, not a lookup (lookups() counts what points replay). A
+  // prefetch holds its probe until its resize is done, or until it is dropped unused; when
+  // the last prefetch of a probe lets go, so does the cache (a study prefetches all its points
+  // before it evaluates any, so a layout's probes are freed once its points have them, and the
+  // study's memory stays near what the points in flight hold; a later request records it
+  // again). A probe a lookup asked for is kept.
   std::shared_future<std::shared_ptr<const RecordedStep>> request(const JobConfig& cfg, bool counted = true);
 
   // Layer extrapolation (trainer/simulate/layer_extrapolation.h) for the points evaluated
@@ -116,7 +116,9 @@ class RecordingCache {
   };
   using Hold = std::shared_ptr<ProbeHold>;  // empty: a lookup's (the entry is kept)
   // k's probe for cfg, noting the use: prefetch, a counted use and its hold; else a lookup's.
-  // A dp_replicate 1 probe is derived from its dp_replicate 2 probe, used the same way.
+  // A dp_replicate 1 probe is derived from its dp_replicate 2 probe, used the same way. *hold
+  // must be empty on entry (it is assigned under probes_->mu, where dropping a hold would
+  // lock it again).
   ProbeFuture request_probe(const JobConfig& cfg, const std::string& k, bool prefetch, Hold* hold);
   // Under probes_->mu: the use noted; its hold if a prefetch's.
   Hold note_use(const std::string& k, bool prefetch);

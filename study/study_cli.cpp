@@ -43,14 +43,17 @@ std::string study_usage() {
 namespace {
 
 void print_stats(const char* what, const RunStats& st, const RecordingCache& cache) {
+  char recorders_cpu[96] = "";
+  if (cache.recording_in_processes())
+    std::snprintf(recorders_cpu, sizeof recorders_cpu, ", %.2f s in the recorder processes since they started",
+                  cache.recorder_cpu_seconds());
   std::fprintf(
       stderr,
       "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
       "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
       "shallow recordings, %lld recorded at full depth; %lld steps resized from another dp_shard "
       "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
-      "dp_replicate 2, %lld not%s%s; %zu recorder%s%s; CPU %.2f s in this process over the run, %.2f s in "
-      "recorder processes since they started\n",
+      "dp_replicate 2, %lld not%s%s; %zu recorder%s%s; CPU %.2f s in this process over the run%s\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
       static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
@@ -62,7 +65,7 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       cache.not_derived.load() ? " (first: " : "", cache.not_derived.load() ? (cache.first_not_derived() + ")").c_str() : "",
       cache.recorders(),
       cache.recorders() == 1 ? "" : "s",
-      cache.recording_in_processes() ? " (processes)" : " (in-process)", st.cpu_s, cache.recorder_cpu_seconds());
+      cache.recording_in_processes() ? " (processes)" : " (in-process)", st.cpu_s, recorders_cpu);
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {

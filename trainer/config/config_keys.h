@@ -75,9 +75,9 @@ Registry make_registry(JobConfig& cfg);
 // The one registry every key read goes through (a TOML file's and a command line's): a study
 // applies some ten overrides per configuration and a TOML config per recording
 // (study/recorder_pool.cpp), and building the registry (200 keys with their help texts) per
-// call was most of the cost of either. Its
-// entries' fields lie in proto(); a caller writes the same field of its own config, at the same
-// offset (config_loader.cpp). Built once, read-only after, so shared by threads.
+// call was most of the cost of either. Its entries' fields lie in proto(); a caller writes the
+// same field of its own config, at the same offset (config_loader.cpp). Built once, read-only
+// after, so shared by threads.
 class KeyTable {
  public:
   // Throws (a bug, not a config error) if some key's field lies outside proto(): no offset
