@@ -41,15 +41,14 @@ RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int th
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   st.threads = threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, n)));
   const RunTimer timer;
-  const auto t0 = std::chrono::steady_clock::now();
   std::atomic<int64_t> next{0}, done{0};
   std::exception_ptr failure;
   std::mutex mu;
-  auto last_print = t0;
+  double last_print = 0;  // timer.wall_s() then
   const bool tty = isatty(2) != 0;
-  const auto every = std::chrono::milliseconds(tty ? 250 : 5000);
+  const double every = tty ? 0.25 : 5.0;
   auto print = [&](bool final) {
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double el = timer.wall_s();
     const int64_t d = done.load();
     const double rate = el > 0 ? static_cast<double>(d) / el : 0;
     const double left = rate > 0 ? static_cast<double>(n - d) / rate : 0;
@@ -76,7 +75,7 @@ RunStats run_parallel(int64_t n, const std::function<void(int64_t)>& job, int th
       ++done;
       if (label.empty()) continue;
       std::lock_guard<std::mutex> lock(mu);
-      const auto now = std::chrono::steady_clock::now();
+      const double now = timer.wall_s();
       if (now - last_print > every) {
         last_print = now;
         print(false);

@@ -134,17 +134,10 @@ void RecordingCache::enqueue(Job job) {
 
 std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { return request(cfg).get(); }
 
-template <class T, class Make, class Noted>
-std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
-    std::mutex& mu, std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map, const std::string& key,
-    Make make, Noted noted) {
-  std::lock_guard<std::mutex> lock(mu);
-  noted(key);
-  auto it = map.find(key);
-  if (it != map.end()) return it->second;
+template <class T, class Make>
+std::shared_future<std::shared_ptr<const T>> RecordingCache::record_later(Make make) {
   auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
   auto fut = promise->get_future().share();
-  map.emplace(key, fut);
   enqueue([this, promise, make](Recorder& recorder) {
     // Counted before the promise is kept: whoever waited on it sees the recording counted.
     const auto t0 = std::chrono::steady_clock::now();
@@ -165,9 +158,13 @@ std::shared_future<std::shared_ptr<const T>> RecordingCache::cached(
 }
 
 std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg) {
-  return cached(
-      map_mu_, entries_, key(cfg), [cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); },
-      [](const std::string&) {});
+  const std::string k = key(cfg);
+  std::lock_guard<std::mutex> lock(map_mu_);
+  auto it = entries_.find(k);
+  if (it != entries_.end()) return it->second;
+  auto fut = record_later<RecordedStep>([cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); });
+  entries_.emplace(k, fut);
+  return fut;
 }
 
 std::string RecordingCache::probe_key(const JobConfig& cfg) { return key(with_shard_degree(cfg, 2)); }
@@ -224,17 +221,15 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
     probe_degree_ = probe->degree;
     return probe;
   };
-  if (!from)
-    return cached(probes_->mu, probes_->entries, k, record,
-                  [&](const std::string&) { *hold = note_use(k, prefetch); });
   std::lock_guard<std::mutex> lock(probes_->mu);
   *hold = note_use(k, prefetch);
   if (auto it = probes_->entries.find(k); it != probes_->entries.end()) return it->second;  // from_hold goes unused
+  if (!from) return probes_->entries.emplace(k, record_later<ProbeRecording>(record)).first->second;
   // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
   // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
   // The lambda lives as long as this entry does: it lets go of the dp_replicate 2 probe, and
   // of its use, once the derivation is done.
-  auto derive = [this, cfg, k, record, from = *from, from_hold]() mutable -> std::shared_ptr<const ProbeRecording> {
+  auto derive = [this, cfg, record, from = *from, from_hold]() mutable -> std::shared_ptr<const ProbeRecording> {
     ProbeFuture src = std::move(from);
     Hold used = std::move(from_hold);
     try {
@@ -249,14 +244,7 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
       }
     }
     src = {}, used.reset();
-    // Recorded through the cache's queue under a key of its own, held by this entry alone.
-    const std::string recorded = "recorded\n" + k;
-    ProbeFuture fut = cached(probes_->mu, probes_->entries, recorded, record, [](const std::string&) {});
-    {
-      std::lock_guard<std::mutex> lock(probes_->mu);
-      probes_->entries.erase(recorded);
-    }
-    return fut.get();
+    return record_later<ProbeRecording>(record).get();  // held by this probe's entry alone
   };
   ProbeFuture fut = std::async(std::launch::deferred, std::move(derive)).share();
   probes_->entries.emplace(k, fut);

@@ -122,11 +122,9 @@ class RecordingCache {
   ProbeFuture request_probe(const JobConfig& cfg, const std::string& k, bool prefetch, Hold* hold);
   // Under probes_->mu: the use noted; its hold if a prefetch's.
   Hold note_use(const std::string& k, bool prefetch);
-  // map[key], or a new entry that a recorder fills with make(recorder); noted(key) under mu.
-  template <class T, class Make, class Noted>
-  std::shared_future<std::shared_ptr<const T>> cached(
-      std::mutex& mu, std::map<std::string, std::shared_future<std::shared_ptr<const T>>>& map,
-      const std::string& key, Make make, Noted noted);
+  // What a recorder will make with make(recorder), queued.
+  template <class T, class Make>
+  std::shared_future<std::shared_ptr<const T>> record_later(Make make);
 
   // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
   // of a recording is thousands of small allocations, and as many frees), each with what it

@@ -62,12 +62,15 @@ void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in
     d = devices::matmul_op(name, s, static_cast<int64_t>(in[a].toTensor().element_size()));
     return true;
   };
+  // The uses of inputs from `from` on, and their bytes.
   auto add_reads = [&](size_t from) {
     if (from < in.size()) d.reads.reserve(in.size() - from);
+    int64_t bytes = 0;
     for (size_t i = from; i < in.size(); ++i) {
-      add_uses(in[i], &d.reads);
+      bytes += add_uses_counting(in[i], &d.reads);
       if (i == 0) *first_reads = d.reads.size();
     }
+    return bytes;
   };
   if (op.mm && in.size() >= 2 && mm_at(0, 1)) {
     add_reads(0);
@@ -89,16 +92,8 @@ void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in
     add_reads(1);
     return;
   }
-  int64_t read = 0;
-  if (!op.writes_only) {
-    d.reads.reserve(in.size());
-    for (size_t i = 0; i < in.size(); ++i) {
-      read += add_uses_counting(in[i], &d.reads);
-      if (i == 0) *first_reads = d.reads.size();
-    }
-  }
   d.kind = op.reduction ? OpKind::kReduction : op.movement ? OpKind::kOther : OpKind::kElementwise;
-  d.bytes_read = read;
+  d.bytes_read = op.writes_only ? 0 : add_reads(0);
 }
 
 // A non-in-place, non-out= op all of whose outputs alias an input did no work (a same-dtype
