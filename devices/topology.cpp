@@ -109,6 +109,21 @@ bool more_cubic(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   return key(a) < key(b);
 }
 
+// n's divisors in ascending order, found up to sqrt(n) (a study places a mesh on up to tens
+// of thousands of chips for every configuration it evaluates).
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t f = 1; f * f <= n; ++f) {
+    if (n % f) continue;
+    low.push_back(f);
+    if (f != n / f) high.push_back(n / f);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+// Every way to write `remaining` as a product of rank - |cur| factors, in ascending order of
+// the first factor, then the next.
 void enumerate(int64_t remaining, size_t rank, std::vector<int64_t>& cur,
                std::vector<std::vector<int64_t>>& out) {
   if (cur.size() + 1 == rank) {
@@ -117,8 +132,7 @@ void enumerate(int64_t remaining, size_t rank, std::vector<int64_t>& cur,
     cur.pop_back();
     return;
   }
-  for (int64_t f = 1; f <= remaining; ++f) {
-    if (remaining % f) continue;
+  for (int64_t f : divisors(remaining)) {
     cur.push_back(f);
     enumerate(remaining / f, rank, cur, out);
     cur.pop_back();

@@ -131,5 +131,35 @@ TEST(Topology, UserShapeWithSliceCount) {
   EXPECT_TRUE(t.axes.back().scale_out);
 }
 
+// The slice shapes come in the order a plain count over every factor gives (ties in the
+// automatic choice go to the first), and every valid one is there.
+TEST(Topology, SliceShapesAreEveryValidFactorisationInOrder) {
+  for (const auto& [name, rank] : std::vector<std::pair<std::string, int>>{{"tpu-v7", 3}, {"tpu-v5e", 2}}) {
+    const ChipSpec& chip = find_chip(name);
+    for (int64_t n : {1, 12, 64, 256, 4096, 8192}) {
+      std::vector<std::vector<int64_t>> expected;
+      for (int64_t a = 1; a <= n; ++a) {
+        if (n % a) continue;
+        std::vector<std::vector<int64_t>> shapes;
+        if (rank == 2) shapes.push_back({a, n / a});
+        else
+          for (int64_t b = 1; b <= n / a; ++b)
+            if ((n / a) % b == 0) shapes.push_back({a, b, n / a / b});
+        for (const auto& d : shapes) {
+          bool valid = true;
+          try {
+            make_topology_from_dims(chip, d, 1);
+          } catch (const Error&) {
+            valid = false;
+          }
+          if (valid) expected.push_back(d);
+        }
+      }
+      EXPECT_EQ(valid_slice_shapes(chip, n), expected) << name << " " << n;
+      if (n == 64) EXPECT_FALSE(expected.empty()) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace titan::devices
