@@ -130,6 +130,19 @@ TEST(LayerExtrapolation, SamplesKeepTheStageSplitAndTheCheckpointPeriod) {
   ASSERT_TRUE(s.ok) << s.why;
   EXPECT_EQ(s.step, 2);
   EXPECT_EQ(s.layers, (std::array<int64_t, 3>{3, 5, 7}));
+  // One stage, full AC, fused collectives: one block has no next block to prefetch, so the
+  // samples start at two blocks; separate collectives and pipeline stages start at one.
+  s = layer_samples(tiny_config({"--model.n_layers", "36", "--activation_checkpoint.mode", "full"}));
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(s.layers, (std::array<int64_t, 3>{2, 3, 4}));
+  s = layer_samples(tiny_config(
+      {"--model.n_layers", "36", "--activation_checkpoint.mode", "full", "--comm.collective_mode", "separate"}));
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(s.layers, (std::array<int64_t, 3>{1, 2, 3}));
+  s = layer_samples(tiny_config({"--model.n_layers", "36", "--activation_checkpoint.mode", "full",
+                                 "--parallelism.pipeline_parallel_degree", "2"}));
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(s.layers, (std::array<int64_t, 3>{2, 4, 6}));
   // Too shallow to gain: recorded at its own depth.
   EXPECT_FALSE(layer_samples(tiny_config({"--model.n_layers", "4"})).ok);
   // One step deeper only the deepest sample is new: it pays while that one holds at most half
