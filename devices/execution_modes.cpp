@@ -141,18 +141,21 @@ bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode) {
 //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
 double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
                                  const OpDesc* mm) const {
-  bool flow = true;
-  for (size_t x = i; x < j; ++x)
-    flow &= ops[x]->kind == OpKind::kView ||
-            (ops[x]->index >= 0 && !(ops[x]->reads.empty() && ops[x]->writes.empty()));
+  // The data flow's sums in one pass over the ops, dropped at the first op without it (the
+  // ops of a replay are far apart in memory: a second pass cost as much again).
   double reads = 0, writes = 0;
-  if (flow) {
+  bool flow = true;
+  {
     const int64_t first = ops[i]->index, last = ops[j - 1]->index;
     thread_local SeenIds seen;
     seen.clear();
     for (size_t x = i; x < j; ++x) {
       const OpDesc& f = *ops[x];
       if (f.kind == OpKind::kView) continue;
+      if (f.index < 0 || (f.reads.empty() && f.writes.empty())) {
+        flow = false;
+        break;
+      }
       for (size_t r = 0; r < f.reads.size(); ++r) {
         const int64_t from = f.read_from[r];
         if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
@@ -163,8 +166,9 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
         if (f.last_read_by[w] < 0 || f.last_read_by[w] > last)
           writes += static_cast<double>(f.writes[w].bytes);
     }
-    return reads + writes;
   }
+  if (flow) return reads + writes;
+  reads = 0, writes = 0;
   int64_t prev_written = -1;
   for (size_t x = i; x < j; ++x) {
     const OpDesc& f = *ops[x];
