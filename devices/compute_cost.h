@@ -44,6 +44,11 @@ struct AttentionShape {
 struct TensorUse {
   int64_t id = 0;
   int64_t bytes = 0;
+  // Data flow, filled by Trace::compute (OpDesc::index numbers the ops): a read's is the op
+  // that wrote the tensor (-1: written before the step or by no recorded op); a write's, the
+  // last op that reads it before it is overwritten (-1: none in the step). Fusion uses it to
+  // decide which tensors must reach HBM.
+  int64_t flow = -1;
 };
 
 // One recorded op. The recorder fills kind, shapes, bytes and (when it can) the tensors it
@@ -65,13 +70,8 @@ struct OpDesc {
   // FSDP's casts, gradient clipping, the optimizer step; their backward too). A compiler that
   // covers only the blocks (ChipSpec::compiled_covers_step false) runs these eagerly.
   bool outside_blocks = false;
-  std::vector<TensorUse> reads, writes;
-  // Data flow, filled by Trace::compute: the op's position among the step's ops; per read,
-  // the position of the op that wrote it (-1: written before the step or by no recorded
-  // op); per write, the position of the last op that reads it before it is overwritten
-  // (-1: none in the step). Fusion uses it to decide which tensors must reach HBM.
-  int64_t index = -1;
-  std::vector<int64_t> read_from, last_read_by;
+  std::vector<TensorUse> reads, writes;  // with their data flow (TensorUse::flow)
+  int64_t index = -1;  // the op's position among the step's ops, filled by Trace::compute
 };
 
 OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);

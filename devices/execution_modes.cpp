@@ -141,8 +141,8 @@ bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode) {
 //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
 double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
                                  const OpDesc* mm) const {
-  // The data flow's sums in one pass over the ops, dropped at the first op without it (the
-  // ops of a replay are far apart in memory: a second pass cost as much again).
+  // The data flow's sums in one pass over the ops, dropped at the first op without it: a
+  // first pass to check that every op has it walked the chain's scattered ops twice.
   double reads = 0, writes = 0;
   bool flow = true;
   {
@@ -156,15 +156,13 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
         flow = false;
         break;
       }
-      for (size_t r = 0; r < f.reads.size(); ++r) {
-        const int64_t from = f.read_from[r];
-        if ((from >= first && from <= last) || (mm && from == mm->index)) continue;
-        if (!seen.insert(f.reads[r].id)) continue;
-        reads += static_cast<double>(f.reads[r].bytes);
+      for (const TensorUse& u : f.reads) {
+        if ((u.flow >= first && u.flow <= last) || (mm && u.flow == mm->index)) continue;
+        if (!seen.insert(u.id)) continue;
+        reads += static_cast<double>(u.bytes);
       }
-      for (size_t w = 0; w < f.writes.size(); ++w)
-        if (f.last_read_by[w] < 0 || f.last_read_by[w] > last)
-          writes += static_cast<double>(f.writes[w].bytes);
+      for (const TensorUse& u : f.writes)
+        if (u.flow < 0 || u.flow > last) writes += static_cast<double>(u.bytes);
     }
   }
   if (flow) return reads + writes;

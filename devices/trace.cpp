@@ -18,14 +18,14 @@ void Trace::compute(OpDesc&& op) {
   e.op = std::move(op);
   OpDesc& d = e.op;
   d.index = static_cast<int64_t>(op_event_.size()) - 1;
-  d.read_from.assign(d.reads.size(), -1);
-  d.last_read_by.assign(d.writes.size(), -1);
+  for (TensorUse& u : d.reads) u.flow = -1;
+  for (TensorUse& u : d.writes) u.flow = -1;
   if (d.kind != OpKind::kView) {
-    for (size_t r = 0; r < d.reads.size(); ++r) {
-      const Writer* writer = d.reads[r].id == 0 ? nullptr : writer_of(d.reads[r].id);
+    for (TensorUse& u : d.reads) {
+      const Writer* writer = u.id == 0 ? nullptr : writer_of(u.id);
       if (!writer) continue;
-      d.read_from[r] = writer->op;
-      events_[op_event_[static_cast<size_t>(writer->op)]].op.last_read_by[writer->slot] = d.index;
+      u.flow = writer->op;
+      events_[op_event_[static_cast<size_t>(writer->op)]].op.writes[writer->slot].flow = d.index;
     }
     for (size_t w = 0; w < d.writes.size(); ++w)
       if (d.writes[w].id != 0) set_writer(d.writes[w].id, Writer{d.index, w});
@@ -73,24 +73,24 @@ void Trace::add_writes(std::vector<std::pair<int64_t, TensorUse>> writes) {
   for (const auto& [op, use] : writes) {
     OpDesc& d = events_[op_event_[static_cast<size_t>(op)]].op;
     d.writes.push_back(use);
-    d.last_read_by.push_back(-1);
+    d.writes.back().flow = -1;
     if (d.kind != OpKind::kView && use.id != 0) relinked.emplace(use.id, Writer{});
   }
   if (relinked.empty()) return;
   for (size_t event : op_event_) {
     OpDesc& d = events_[event].op;
     if (d.kind == OpKind::kView) continue;
-    for (size_t r = 0; r < d.reads.size(); ++r) {
-      auto it = relinked.find(d.reads[r].id);
+    for (TensorUse& u : d.reads) {
+      auto it = relinked.find(u.id);
       if (it == relinked.end()) continue;
-      d.read_from[r] = it->second.op;
+      u.flow = it->second.op;
       if (it->second.op >= 0)
-        events_[op_event_[static_cast<size_t>(it->second.op)]].op.last_read_by[it->second.slot] = d.index;
+        events_[op_event_[static_cast<size_t>(it->second.op)]].op.writes[it->second.slot].flow = d.index;
     }
     for (size_t w = 0; w < d.writes.size(); ++w) {
       auto it = relinked.find(d.writes[w].id);
       if (it == relinked.end()) continue;
-      d.last_read_by[w] = -1;
+      d.writes[w].flow = -1;
       it->second = Writer{d.index, w};
     }
   }

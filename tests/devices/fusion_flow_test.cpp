@@ -43,8 +43,8 @@ TEST(FusionFlow, FusedKernelMovesOnlyWhatCrossesItsBoundary) {
   EXPECT_EQ(k[0].bytes, 200 * kMB);
   // a is read after the kernel (say by the backward): it must reach HBM too.
   auto ops = linked_ops(true);
-  EXPECT_EQ(ops[0].last_read_by[0], 4);  // the trace linked a's writer to its last reader
-  EXPECT_EQ(ops[2].read_from[1], 0);
+  EXPECT_EQ(ops[0].writes[0].flow, 4);  // the trace linked a's writer to its last reader
+  EXPECT_EQ(ops[2].reads[1].flow, 0);
   k = fused.lower(ops);
   ASSERT_EQ(k.size(), 3u);
   EXPECT_EQ(k[0].bytes, 300 * kMB);

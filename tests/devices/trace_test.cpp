@@ -23,6 +23,13 @@ OpDesc op(std::vector<TensorUse> reads, std::vector<TensorUse> writes, OpKind ki
   return d;
 }
 
+// The data flow of an op's reads or writes (TensorUse::flow), in order.
+std::vector<int64_t> flows(const std::vector<TensorUse>& uses) {
+  std::vector<int64_t> out;
+  for (const TensorUse& u : uses) out.push_back(u.flow);
+  return out;
+}
+
 // Every field the trace derives or carries, event by event.
 void expect_same(const Trace& a, const Trace& b) {
   ASSERT_EQ(a.size(), b.size());
@@ -39,8 +46,8 @@ void expect_same(const Trace& a, const Trace& b) {
       EXPECT_EQ(x.op.writes[w].id, y.op.writes[w].id) << "event " << i << " write " << w;
       EXPECT_EQ(x.op.writes[w].bytes, y.op.writes[w].bytes) << "event " << i << " write " << w;
     }
-    EXPECT_EQ(x.op.read_from, y.op.read_from) << "event " << i;
-    EXPECT_EQ(x.op.last_read_by, y.op.last_read_by) << "event " << i;
+    EXPECT_EQ(flows(x.op.reads), flows(y.op.reads)) << "event " << i;
+    EXPECT_EQ(flows(x.op.writes), flows(y.op.writes)) << "event " << i;
   }
 }
 
@@ -52,13 +59,13 @@ TEST(Trace, ComputeLinksReadersToTheirWriter) {
   t.compute(op({{1, 8}, {2, 8}}, {{1, 8}}));    // 2 reads 1 and 2, overwrites 1
   t.compute(op({{1, 8}}, {}));                  // 3 reads the new 1
   const auto& e = t.events();
-  EXPECT_EQ(e[0].op.last_read_by, (std::vector<int64_t>{3}));
-  EXPECT_EQ(e[1].op.read_from, (std::vector<int64_t>{-1}));
-  EXPECT_EQ(e[2].op.read_from, (std::vector<int64_t>{0}));
-  EXPECT_EQ(e[2].op.last_read_by, (std::vector<int64_t>{3}));
-  EXPECT_EQ(e[3].op.read_from, (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(e[3].op.last_read_by, (std::vector<int64_t>{4}));
-  EXPECT_EQ(e[4].op.read_from, (std::vector<int64_t>{3}));
+  EXPECT_EQ(flows(e[0].op.writes), (std::vector<int64_t>{3}));
+  EXPECT_EQ(flows(e[1].op.reads), (std::vector<int64_t>{-1}));
+  EXPECT_EQ(flows(e[2].op.reads), (std::vector<int64_t>{0}));
+  EXPECT_EQ(flows(e[2].op.writes), (std::vector<int64_t>{3}));
+  EXPECT_EQ(flows(e[3].op.reads), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(flows(e[3].op.writes), (std::vector<int64_t>{4}));
+  EXPECT_EQ(flows(e[4].op.reads), (std::vector<int64_t>{3}));
 }
 
 // Random traces over a few tensors (so that reads and writes of one tensor interleave, ids past
@@ -133,8 +140,8 @@ TEST(Trace, TakeEventsHandsOverTheEventsAndKeepsTheStorages) {
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].type, before.events()[i].type) << "event " << i;
     EXPECT_EQ(events[i].work, before.events()[i].work) << "event " << i;
-    EXPECT_EQ(events[i].op.read_from, before.events()[i].op.read_from) << "event " << i;
-    EXPECT_EQ(events[i].op.last_read_by, before.events()[i].op.last_read_by) << "event " << i;
+    EXPECT_EQ(flows(events[i].op.reads), flows(before.events()[i].op.reads)) << "event " << i;
+    EXPECT_EQ(flows(events[i].op.writes), flows(before.events()[i].op.writes)) << "event " << i;
   }
   EXPECT_EQ(t.size(), 0u);
   EXPECT_EQ(t.compute_ops(), 0u);

@@ -24,13 +24,14 @@ inline void expect_same_trace(const devices::Trace& fresh, const devices::Trace&
       const devices::OpDesc &p = x.op, &q = y.op;
       same = same && p.name == q.name && p.kind == q.kind && p.bytes_read == q.bytes_read &&
              p.bytes_written == q.bytes_written && p.flops == q.flops &&
-             p.dtype_bytes == q.dtype_bytes && p.read_from == q.read_from &&
-             p.last_read_by == q.last_read_by && p.reads.size() == q.reads.size() &&
+             p.dtype_bytes == q.dtype_bytes && p.reads.size() == q.reads.size() &&
              p.writes.size() == q.writes.size();
       for (size_t k = 0; same && k < p.reads.size(); ++k)
-        same = p.reads[k].id == q.reads[k].id && p.reads[k].bytes == q.reads[k].bytes;
+        same = p.reads[k].id == q.reads[k].id && p.reads[k].bytes == q.reads[k].bytes &&
+               p.reads[k].flow == q.reads[k].flow;
       for (size_t k = 0; same && k < p.writes.size(); ++k)
-        same = p.writes[k].id == q.writes[k].id && p.writes[k].bytes == q.writes[k].bytes;
+        same = p.writes[k].id == q.writes[k].id && p.writes[k].bytes == q.writes[k].bytes &&
+               p.writes[k].flow == q.writes[k].flow;
       EXPECT_TRUE(same) << at << ": bytes " << p.bytes_read << "/" << p.bytes_written << " vs "
                         << q.bytes_read << "/" << q.bytes_written;
     } else if (x.type == devices::TraceEvent::Type::kIssue) {
