@@ -218,7 +218,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.basis = basis_of(op, kt);
       k.host_s = host_s;
       k.ops = 1;
-      k.lead = &op.name;
+      k.lead = &op.name.str();
       if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
       else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
         k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
@@ -241,7 +241,7 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
       k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
       ++k.ops;
       if (f.kind == OpKind::kView) continue;
-      if (!k.lead) k.lead = &f.name;
+      if (!k.lead) k.lead = &f.name.str();
       ++real_ops;
       has_reduction |= f.kind == OpKind::kReduction;
       flops += f.flops;

@@ -73,12 +73,12 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
           const size_t i = static_cast<size_t>(u.id);
           if (i >= seen.size()) seen.resize(i + 1);  // not in the table: sized by its largest use
           Seen& s = seen[i];
-          if (s.first < 0) s.first = at, s.maker = &e.op.name;
+          if (s.first < 0) s.first = at, s.maker = &e.op.name.str();
           // Named after the op that put data in it: a cast or copy, not the allocation inside
           // it (aten::empty_strided) or a view of it.
           if (uses == &e.op.writes && e.op.kind != OpKind::kView) {
             if (!s.maker_writes) {
-              s.maker = &e.op.name, s.maker_writes = true, s.made_at = at;
+              s.maker = &e.op.name.str(), s.maker_writes = true, s.made_at = at;
               s.made_by_matmul = e.op.kind == OpKind::kMatmul;
               s.cast_of = widened_source(e.op, u);
             } else if (at != s.made_at) {

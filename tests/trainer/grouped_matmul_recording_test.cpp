@@ -33,7 +33,7 @@ Grouped count(const RecordedStep& rec) {
   for (const auto& e : rec.trace.events()) {
     if (e.type != devices::TraceEvent::Type::kCompute) continue;
     if (e.op.name == "aten::mm" && (e.op.mm.n == 768 || e.op.mm.k == 768 || e.op.mm.m == 768)) ++g.expert_mms;
-    if (e.op.name.rfind(kGroupedMatmulScope, 0) != 0) continue;
+    if (e.op.name.str().rfind(kGroupedMatmulScope, 0) != 0) continue;
     ++g.ops;
     if (e.op.name == kGroupedMatmulScope) g.forward.push_back(e.op.groups);
   }

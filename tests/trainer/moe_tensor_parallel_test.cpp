@@ -30,7 +30,7 @@ JobConfig debug_moe_tp(const std::vector<std::string>& extra) {
 int64_t expert_products(const RecordedStep& rec, int64_t n) {
   int64_t count = 0;
   for (const auto& e : rec.trace.events()) {
-    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.rfind(kGroupedMatmulScope, 0) != 0 ||
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.str().rfind(kGroupedMatmulScope, 0) != 0 ||
         e.op.name == std::string(kGroupedMatmulScope) + "_backward_weight")
       continue;
     for (const devices::MatmulShape& s : e.op.groups) count += s.n == n && s.k == 128;

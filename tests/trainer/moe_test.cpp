@@ -207,7 +207,7 @@ int64_t expert_mms(const devices::Trace& trace, int64_t* min_m = nullptr, int64_
   int64_t n = 0;
   for (const auto& e : trace.events()) {
     // An expert's gate / up product and its down product's input gradient: [count, dim] x [dim, 96].
-    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.rfind(kGroupedMatmulScope, 0) != 0 ||
+    if (e.type != devices::TraceEvent::Type::kCompute || e.op.name.str().rfind(kGroupedMatmulScope, 0) != 0 ||
         e.op.name == std::string(kGroupedMatmulScope) + "_backward_weight")
       continue;
     for (const devices::MatmulShape& s : e.op.groups) {

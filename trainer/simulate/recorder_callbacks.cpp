@@ -344,7 +344,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   }
   if (!f->is_op || f->has_child) return;  // composite ops: their leaves were recorded
   OpDesc& d = f->op;
-  if (d.kind != OpKind::kView && d.name.back() != '_' && returns_an_input(fn, f->input_storages)) return;
+  if (d.kind != OpKind::kView && d.name.str().back() != '_' && returns_an_input(fn, f->input_storages)) return;
   std::vector<devices::TensorUse> writes;
   add_uses_of_outputs(fn, &writes);
   // Where the meta device takes a backward formula's out-of-place variant, a real run writes
@@ -355,15 +355,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       for (const auto& v : fn.outputs())
         if (v.isTensor()) alias_storage(v.toTensor(), first.front().id);
       writes = std::move(first);
-      d.name += "_";
+      d.name = d.name + "_";
     }
   }
   // An in-place op (add_, copy_) writes its first input, whatever it returns.
-  if (writes.empty() && !d.name.empty() && d.name.back() == '_') writes = f->first_uses();
+  if (writes.empty() && !d.name.empty() && d.name.str().back() == '_') writes = f->first_uses();
   if (d.kind != OpKind::kMatmul && d.kind != OpKind::kView) {
     int64_t written = 0;
     for (const auto& v : fn.outputs()) written += ivalue_bytes(v);
-    if (written == 0 && !d.name.empty() && d.name.back() == '_') written = f->first_input_bytes;
+    if (written == 0 && !d.name.empty() && d.name.str().back() == '_') written = f->first_input_bytes;
     const double elements = static_cast<double>(written) / std::max<int64_t>(1, d.dtype_bytes);
     std::vector<devices::TensorUse> reads = std::move(d.reads);
     d = devices::pointwise_op(d.name, d.kind, d.bytes_read, written, elements);
