@@ -1,8 +1,9 @@
 // OpName: a recorded op's name, interned. A step holds thousands of ops named from a few
 // hundred aten names, and every copy of a recorded step (a study resizes and derives many)
-// copied each name; many do not fit a std::string's inline buffer ("aten::empty_strided"),
-// so each was an allocation. An OpName is a pointer into a process-wide pool that is never
-// freed, so copies are free and the string it reads stays valid for the process's life.
+// copied each name; about a third do not fit a std::string's inline buffer
+// ("aten::empty_strided"), so each was an allocation. An OpName is a pointer into a
+// process-wide pool that is never freed, so copies are free and the string it reads stays
+// valid for the process's life.
 #pragma once
 
 #include <ostream>
