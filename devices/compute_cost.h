@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "devices/chip_catalog.h"
-#include "devices/op_name.h"
+#include "devices/interned_name.h"
 
 namespace titan::devices {
 
@@ -55,7 +55,7 @@ struct TensorUse {
 // One recorded op. The recorder fills kind, shapes, bytes and (when it can) the tensors it
 // reads and writes; helpers below fill the rest.
 struct OpDesc {
-  OpName name;  // aten name, for reports
+  InternedName name;  // aten name, for reports
   OpKind kind = OpKind::kOther;
   double flops = 0;           // as recorded; matmul/attention recompute it from the shape
   int64_t bytes_read = 0;     // HBM bytes of all inputs

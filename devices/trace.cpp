@@ -8,6 +8,11 @@
 
 namespace titan::devices {
 
+const InternedName& default_comm_stream() {
+  static const InternedName comm("comm");
+  return comm;
+}
+
 // Links the op into the step's data flow: who wrote what it reads, and (on the writer) that
 // it was read. A view aliases its input's storage: it neither produces nor consumes data.
 // The event is made in place: a TraceEvent is some 400 bytes, moved once less per op.

@@ -16,11 +16,14 @@
 
 namespace titan::devices {
 
+// The stream a collective goes on unless it names one ("comm"), interned once.
+const InternedName& default_comm_stream();
+
 struct CollectiveDesc {
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  std::string group;          // mesh dim or flattened group name (Placement::group)
+  InternedName group;         // mesh dim or flattened group name (Placement::group)
   int64_t bytes = 0;          // nccl-tests convention, see collective_cost.h
-  std::string stream = "comm";  // communication stream it was issued on
+  InternedName stream = default_comm_stream();  // communication stream it was issued on
 };
 
 // A storage the recorded ops touch (TensorUse::id), for the memory walk (devices/trace_memory.h).

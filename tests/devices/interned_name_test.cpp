@@ -1,6 +1,6 @@
-// OpName (devices/op_name.h): names are interned, so equal names share one string, whichever
-// thread made them, and an OpName reads like the string it holds.
-#include "devices/op_name.h"
+// InternedName (devices/interned_name.h): equal names share one string, whichever thread made
+// them, and an InternedName reads like the string it holds.
+#include "devices/interned_name.h"
 
 #include <gtest/gtest.h>
 
@@ -11,19 +11,19 @@
 namespace titan::devices {
 namespace {
 
-TEST(OpName, EqualNamesShareOneString) {
-  const OpName a("aten::empty_strided"), b(std::string("aten::empty_") + "strided");
+TEST(InternedName, EqualNamesShareOneString) {
+  const InternedName a("aten::empty_strided"), b(std::string("aten::empty_") + "strided");
   EXPECT_EQ(&a.str(), &b.str());
   EXPECT_TRUE(a == b);
-  const OpName c("aten::empty");
+  const InternedName c("aten::empty");
   EXPECT_NE(&a.str(), &c.str());
   EXPECT_TRUE(a != c);
-  EXPECT_TRUE(OpName().empty());
-  EXPECT_EQ(&OpName().str(), &OpName("").str());
+  EXPECT_TRUE(InternedName().empty());
+  EXPECT_EQ(&InternedName().str(), &InternedName("").str());
 }
 
-TEST(OpName, ReadsLikeItsString) {
-  OpName n = "aten::mul";
+TEST(InternedName, ReadsLikeItsString) {
+  InternedName n = "aten::mul";
   EXPECT_TRUE(n == "aten::mul");
   EXPECT_TRUE(n != std::string("aten::mul_"));
   EXPECT_EQ(n + "_", "aten::mul_");
@@ -35,13 +35,13 @@ TEST(OpName, ReadsLikeItsString) {
   EXPECT_EQ(n.str(), "aten::mul_");
 }
 
-TEST(OpName, ThreadsInterningTheSameNamesGetTheSameStrings) {
+TEST(InternedName, ThreadsInterningTheSameNamesGetTheSameStrings) {
   std::vector<const std::string*> seen(8);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < seen.size(); ++t)
     threads.emplace_back([&seen, t] {
-      for (int i = 0; i < 1000; ++i) OpName("aten::op" + std::to_string(i));
-      seen[t] = &OpName("aten::op500").str();
+      for (int i = 0; i < 1000; ++i) InternedName("aten::op" + std::to_string(i));
+      seen[t] = &InternedName("aten::op500").str();
     });
   for (auto& t : threads) t.join();
   for (const std::string* s : seen) EXPECT_EQ(s, seen[0]);

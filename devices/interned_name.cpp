@@ -1,5 +1,5 @@
-// The pool of op names (see op_name.h).
-#include "devices/op_name.h"
+// The pool of interned names (see interned_name.h).
+#include "devices/interned_name.h"
 
 #include <memory>
 #include <mutex>
@@ -34,11 +34,11 @@ const std::string* intern(std::string_view name) {
 
 }  // namespace
 
-OpName::OpName() {
+InternedName::InternedName() {
   static const std::string* const empty = intern(std::string_view());
   name_ = empty;
 }
 
-OpName::OpName(std::string_view name) : name_(intern(name)) {}
+InternedName::InternedName(std::string_view name) : name_(intern(name)) {}
 
 }  // namespace titan::devices
