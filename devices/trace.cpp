@@ -15,7 +15,7 @@ const InternedName& default_comm_stream() {
 
 // Links the op into the step's data flow: who wrote what it reads, and (on the writer) that
 // it was read. A view aliases its input's storage: it neither produces nor consumes data.
-// The event is made in place: a TraceEvent is some 400 bytes, moved once less per op.
+// The event is made in place: a TraceEvent is a few hundred bytes, moved once less per op.
 void Trace::compute(OpDesc&& op) {
   TraceEvent& e = events_.emplace_back();
   op_event_.push_back(events_.size() - 1);

@@ -61,7 +61,7 @@ class Trace {
     wait(w);
     return w;
   }
-  // Room for `events` events before the next reallocation (a TraceEvent is some 400 bytes).
+  // Room for `events` events before the next reallocation (a TraceEvent is a few hundred bytes).
   void reserve(size_t events) { events_.reserve(events), op_event_.reserve(events); }
   const std::vector<TraceEvent>& events() const { return events_; }
   // Hands the events over, so that whoever cuts them up (a pipeline rank's segments) moves

@@ -52,8 +52,8 @@ size_t events_hint = 0;  // events of the longest trace finished (guarded by rec
 
 TraceRecorder::TraceRecorder(const RecordOptions& options) {
   // As many events as the longest recording so far had: a trace grows without moving its
-  // events (some 400 bytes each) from buffer to buffer as it doubles (untouched room costs no
-  // memory until written). Reserved before this recorder becomes the active one, so a failed
+  // events (a few hundred bytes each) from buffer to buffer as it doubles (untouched room
+  // costs no memory until written). Reserved before this recorder becomes the active one, so a failed
   // allocation leaves no recorder active.
   {
     std::lock_guard<std::mutex> lock(recorder_state::mu);
