@@ -105,7 +105,7 @@ const char* cost_basis_name(CostBasis basis);  // what it rests on, for the repo
 
 // What a run of ops becomes on the device.
 struct Kernel {
-  std::string category;  // op_kind_name of its main op
+  InternedName category;  // op_kind_name of its main op
   double exec_s = 0;     // roofline time of the math / memory traffic (of the two below)
   double compute_s = 0;  // the math alone at the matrix / vector rate
   double memory_s = 0;   // the HBM traffic alone

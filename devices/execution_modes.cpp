@@ -192,11 +192,12 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
   std::vector<Kernel>& out = *kernels;
   out.clear();
   out.reserve(ops.size());  // at most a kernel per op: no regrowth, and each kernel is built in place
-  // The categories as strings once (a kernel's category was a strlen and a copy per kernel).
-  static const std::string kCategory[] = {op_kind_name(OpKind::kMatmul),      op_kind_name(OpKind::kAttention),
-                                          op_kind_name(OpKind::kElementwise), op_kind_name(OpKind::kReduction),
-                                          op_kind_name(OpKind::kOther),       op_kind_name(OpKind::kView),
-                                          op_kind_name(OpKind::kFused)};
+  // The categories interned once: a kernel's category is then a pointer (it was a strlen and
+  // a string copy per kernel, and the timeline compared it with its last category's text).
+  static const InternedName kCategory[] = {op_kind_name(OpKind::kMatmul),      op_kind_name(OpKind::kAttention),
+                                           op_kind_name(OpKind::kElementwise), op_kind_name(OpKind::kReduction),
+                                           op_kind_name(OpKind::kOther),       op_kind_name(OpKind::kView),
+                                           op_kind_name(OpKind::kFused)};
   static_assert(static_cast<int>(OpKind::kFused) == 6, "kCategory lists every OpKind in order");
   const ExecutionOverheads& o = overheads_;
   // An op outside the blocks of a compiler that covers only them runs as eager runs it.

@@ -44,6 +44,8 @@ class Replay {
 
  private:
   int comm_stream(const std::string& name);
+  // "all_gather dp_shard": a collective task's category, interned once per kind and group.
+  const InternedName& collective_category(const CollectiveDesc& c);
 
   // Each kernel is dispatched by a host task (FIFO on the host stream: the host runs ahead
   // of the device) and runs on the compute stream once dispatched. A synchronous host (cpu)
@@ -125,6 +127,11 @@ class Replay {
   int compute_ = 0, host_ = 0;
   std::unordered_map<std::string, int> streams_;
   mutable std::deque<std::pair<std::string, std::vector<AxisSegment>>> groups_;  // see group()
+  struct CollectiveCategory {
+    CollectiveKind kind;
+    InternedName group, name;
+  };
+  std::vector<CollectiveCategory> collective_categories_;
   IdMap<int64_t> work_task_;  // work handle -> its task (handles are numbered 0, 1, ...)
   std::vector<const OpDesc*> pending_ops_;
   std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused

@@ -70,7 +70,7 @@ int64_t Replay::add_host_copy(const CollectiveDesc& c, const std::vector<int64_t
   t.stream = comm_stream(c.stream);
   t.deps.assign(deps.begin(), deps.end());
   t.duration_s = chip.is_host() ? 0.0 : static_cast<double>(c.bytes) / chip.host_link_bytes_per_s;
-  t.category.assign(collective_name(c.kind)).append(" ").append(c.group);
+  t.category = collective_category(c);
   t.basis = kBandwidthBoundComm;
   ++collectives_;
   return timeline_.add(t);

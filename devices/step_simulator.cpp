@@ -127,6 +127,13 @@ const std::vector<AxisSegment>& Replay::group(const std::string& name) const {
   return groups_.emplace_back(name, std::move(segments)).second;
 }
 
+const InternedName& Replay::collective_category(const CollectiveDesc& c) {
+  for (const CollectiveCategory& k : collective_categories_)
+    if (k.kind == c.kind && k.group == c.group) return k.name;
+  const std::string name = std::string(collective_name(c.kind)) + " " + c.group;
+  return collective_categories_.emplace_back(CollectiveCategory{c.kind, c.group, name}).name;
+}
+
 int Replay::comm_stream(const std::string& name) {
   auto it = streams_.find(name);
   if (it != streams_.end()) return it->second;
@@ -272,8 +279,9 @@ TimelineTask& Replay::collective_task(const CollectiveDesc& c, const std::vector
     if (seg.count > 1) t.links.push_back(seg.axis);
   t.overhead_s = launch;
   if (!time_only_) {
-    t.overhead_category = "collective launch";
-    t.category.assign(collective_name(c.kind)).append(" ").append(c.group);
+    static const InternedName kLaunch("collective launch");
+    t.overhead_category = kLaunch;
+    t.category = collective_category(c);
   }
   t.basis = cost.latency_s + whole_launch > cost.bandwidth_s ? kLatencyBoundComm : kBandwidthBoundComm;
   return t;

@@ -9,6 +9,11 @@
 #include "devices/fair_rates.h"
 
 namespace titan::devices {
+
+const InternedName& launch_overhead_category() {
+  static const InternedName name("launch overhead");
+  return name;
+}
 namespace {
 
 using Intervals = std::vector<std::pair<double, double>>;
@@ -114,8 +119,9 @@ void Timeline::reserve(size_t tasks) {
   deps_.reserve(2 * tasks);
 }
 
-uint32_t Timeline::intern(const std::string& name, uint32_t* hint) {
-  // A handful of names, runs of tasks sharing one: the last hit first, then a scan.
+uint32_t Timeline::intern(const InternedName& name, uint32_t* hint) {
+  // A handful of names, runs of tasks sharing one: the last hit first, then a scan (interned
+  // names compare by address).
   if (*hint < categories_.size() && categories_[*hint] == name) return *hint;
   for (uint32_t i = 0; i < categories_.size(); ++i)
     if (categories_[i] == name) return *hint = i;

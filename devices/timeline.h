@@ -9,18 +9,23 @@
 #include <utility>
 #include <vector>
 
+#include "devices/interned_name.h"
+
 namespace titan::devices {
 
 enum class StreamKind { kCompute, kCommunication, kHost };
+
+// A task's default overhead category ("launch overhead"), interned once.
+const InternedName& launch_overhead_category();
 
 struct TimelineTask {
   int stream = 0;
   double duration_s = 0;         // alone on the device, at full speed
   double ready_s = 0;            // cannot start before (e.g. when the host dispatched it)
   std::vector<int64_t> deps;     // ids of earlier tasks that must finish first
-  std::string category;          // for the cost breakdown ("matmul", "all_gather dp_shard")
+  InternedName category;         // for the cost breakdown ("matmul", "all_gather dp_shard")
   double overhead_s = 0;         // part of duration_s counted as overhead_category
-  std::string overhead_category = "launch overhead";
+  InternedName overhead_category = launch_overhead_category();
   // Communication: the last `shared_s` of duration_s moves bytes over `links` (ids of
   // physical links, e.g. a torus axis); tasks running on a common link share it max-min
   // fairly, so two collectives alone on one link each progress at half speed.
@@ -35,15 +40,14 @@ struct TimelineTask {
   // communication running beside it to `slowdown_basis`.
   int basis = -1, overhead_basis = -1, slowdown_basis = -1;
 
-  // Every field back to its default above, the vectors and the category keeping their room
-  // (a replay fills one task per kernel and collective).
+  // Every field back to its default above, the vectors keeping their room (a replay fills
+  // one task per kernel and collective).
   void reset() {
     std::vector<int64_t> d = std::move(deps);
     std::vector<int> l = std::move(links);
-    std::string c = std::move(category);
     *this = TimelineTask{};
-    d.clear(), l.clear(), c.clear();
-    deps = std::move(d), links = std::move(l), category = std::move(c);
+    d.clear(), l.clear();
+    deps = std::move(d), links = std::move(l);
   }
 };
 
@@ -125,7 +129,7 @@ class Timeline {
   struct Tables;  // a thread's spare tables
   static Tables& spare_tables();
   void swap_tables(Tables& spare);
-  uint32_t intern(const std::string& name, uint32_t* hint);
+  uint32_t intern(const InternedName& name, uint32_t* hint);
 
   struct Stream {
     std::string name;
@@ -148,7 +152,7 @@ class Timeline {
   std::vector<Task> tasks_;
   std::vector<int64_t> deps_;
   std::vector<int> links_;
-  std::vector<std::string> categories_;
+  std::vector<InternedName> categories_;  // interned: told apart by address
   mutable std::vector<TaskTiming> timings_;
   mutable bool dirty_ = false;
 };
