@@ -14,6 +14,7 @@ const InternedName& launch_overhead_category() {
   static const InternedName name("launch overhead");
   return name;
 }
+
 namespace {
 
 using Intervals = std::vector<std::pair<double, double>>;
