@@ -67,7 +67,7 @@ const char* cost_basis_name(CostBasis b) {
   return "?";
 }
 
-OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes) {
+OpDesc matmul_op(InternedName name, MatmulShape s, int64_t dtype_bytes) {
   OpDesc op;
   op.name = name;
   op.kind = OpKind::kMatmul;
@@ -82,7 +82,8 @@ OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes) {
 
 OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes) {
   OpDesc op;
-  op.name = s.backward ? "flash_attention_backward" : "flash_attention";
+  static const InternedName kForward("flash_attention"), kBackward("flash_attention_backward");
+  op.name = s.backward ? kBackward : kForward;
   op.kind = OpKind::kAttention;
   op.attn = s;
   op.dtype_bytes = dtype_bytes;
@@ -105,7 +106,7 @@ OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes) {
   return op;
 }
 
-OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read,
+OpDesc pointwise_op(InternedName name, OpKind kind, int64_t bytes_read,
                     int64_t bytes_written, double flops) {
   OpDesc op;
   op.name = name;

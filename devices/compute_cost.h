@@ -75,12 +75,12 @@ struct OpDesc {
   int64_t index = -1;  // the op's position among the step's ops, filled by Trace::compute
 };
 
-OpDesc matmul_op(const std::string& name, MatmulShape s, int64_t dtype_bytes = 2);
+OpDesc matmul_op(InternedName name, MatmulShape s, int64_t dtype_bytes = 2);
 // One grouped GEMM over `groups` (empty products dropped): FLOPs and HBM bytes are the
 // products' sums, so each group's B operand (an expert's weights) is read once.
-OpDesc grouped_matmul_op(const std::string& name, std::vector<MatmulShape> groups, int64_t dtype_bytes = 2);
+OpDesc grouped_matmul_op(InternedName name, std::vector<MatmulShape> groups, int64_t dtype_bytes = 2);
 OpDesc attention_op(const AttentionShape& s, int64_t dtype_bytes = 2);
-OpDesc pointwise_op(const std::string& name, OpKind kind, int64_t bytes_read, int64_t bytes_written,
+OpDesc pointwise_op(InternedName name, OpKind kind, int64_t bytes_read, int64_t bytes_written,
                     double flops = 0);
 
 // What a kernel's time rests on, for the report of the parts of a step the simulator is least

@@ -9,7 +9,7 @@
 
 namespace titan::devices {
 
-OpDesc grouped_matmul_op(const std::string& name, std::vector<MatmulShape> groups, int64_t dtype_bytes) {
+OpDesc grouped_matmul_op(InternedName name, std::vector<MatmulShape> groups, int64_t dtype_bytes) {
   groups.erase(std::remove_if(groups.begin(), groups.end(),
                               [](const MatmulShape& s) { return s.batch <= 0 || s.m <= 0 || s.n <= 0 || s.k <= 0; }),
                groups.end());

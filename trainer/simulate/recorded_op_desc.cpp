@@ -44,7 +44,7 @@ void add_uses(const c10::IValue& v, std::vector<devices::TensorUse>* out) { add_
 
 void describe_call(const RecordedOpName& op, c10::ArrayRef<const c10::IValue> in, OpDesc* out, int64_t* first_bytes,
                    size_t* first_reads) {
-  const std::string& name = op.name;
+  const devices::InternedName& name = op.name;
   OpDesc& d = *out;
   *first_bytes = in.empty() ? 0 : ivalue_bytes(in[0]);
   *first_reads = in.empty() ? 0 : kFirstInputNotRead;

@@ -39,7 +39,7 @@ std::unique_ptr<RecordedOpName> classify(std::string name) {
   k->grouped_matmul_scope = name == kGroupedMatmulScope;
   k->fused_cross_entropy_scope = name == kFusedCrossEntropyScope;
   k->fused_kernel_grads_scope = name == kFusedKernelGradsScope;
-  k->name = std::move(name);
+  k->name = name;
   return k;
 }
 
@@ -56,7 +56,7 @@ const RecordedOpName& lookup(const char* name) {
   auto it = m.find(std::string_view(name));
   if (it == m.end()) {
     std::unique_ptr<RecordedOpName> k = classify(name);
-    const std::string_view key(k->name);
+    const std::string_view key(k->name.str());
     it = m.emplace(key, std::move(k)).first;
   }
   return *it->second;
@@ -78,7 +78,7 @@ thread_local CacheSlot name_cache[kCacheSlots];
 
 const RecordedOpName& recorded_op_name(const char* name) {
   CacheSlot& slot = name_cache[(reinterpret_cast<uintptr_t>(name) >> 3) % kCacheSlots];
-  if (slot.key == name && std::strcmp(slot.entry->name.c_str(), name) == 0) return *slot.entry;
+  if (slot.key == name && std::strcmp(slot.entry->name.str().c_str(), name) == 0) return *slot.entry;
   const RecordedOpName& k = lookup(name);
   slot = {name, &k};
   return k;

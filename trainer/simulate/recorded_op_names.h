@@ -6,10 +6,12 @@
 
 #include <string>
 
+#include "devices/interned_name.h"
+
 namespace titan {
 
 struct RecordedOpName {
-  std::string name;
+  devices::InternedName name;  // what the recorded op is named: a pointer copy, not a string's
   bool aten = false;         // "aten::..."
   bool query = false;        // query_op: never recorded
   bool view = false;         // view_ops
