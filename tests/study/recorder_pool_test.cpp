@@ -15,6 +15,7 @@
 #include "study/evaluate.h"
 #include "study_fixture.h"
 #include "trainer/simulate/recording_wire.h"
+#include "trainer/simulate/recording_wire_format.h"
 
 namespace titan::study {
 namespace {
@@ -128,6 +129,29 @@ TEST(RecordingWire, RecordingWithoutTheMemoryWalkDecodesToTheSameStep) {
     back.chip = walked.chip;
     back.placement = walked.placement;
     expect_same_replay(cfg, walked, back, label);
+  }
+}
+
+// A name travels once per message; later uses are its index, and an index the message has not
+// defined is an error.
+TEST(RecordingWire, NamesTravelOncePerMessage) {
+  wire::Writer w;
+  for (const char* n : {"aten::mm", "aten::empty_strided", "aten::mm", "aten::empty_strided", ""}) w.name(n);
+  const std::string bytes = w.take();
+  EXPECT_EQ(bytes.size(), 5 * 8 + (8 + 8) + (8 + 19) + 8);  // five indices; three strings with their lengths
+  wire::Reader r(bytes);
+  for (const char* n : {"aten::mm", "aten::empty_strided", "aten::mm", "aten::empty_strided", ""})
+    EXPECT_EQ(r.name(), devices::InternedName(n));
+  r.done();
+  wire::Writer bad;
+  bad.i64(1);  // the second name before the first
+  const std::string b = bad.take();
+  wire::Reader rb(b);
+  try {
+    (void)rb.name();
+    ADD_FAILURE() << "an undefined name index decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not in the message's 0 names"), std::string::npos) << e.what();
   }
 }
 

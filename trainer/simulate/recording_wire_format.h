@@ -13,10 +13,12 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "devices/interned_name.h"
 #include "devices/step_simulator.h"
 #include "trainer/simulate/shard_notes.h"
 #include "trainer/simulate/simulate.h"
@@ -36,6 +38,13 @@ class Writer {
   void str(const std::string& s) {
     i64(static_cast<int64_t>(s.size()));
     if (!s.empty()) std::memcpy(room(s.size()), s.data(), s.size());
+  }
+  // A name as its index in this message's table of names, its string following the first time:
+  // a step names thousands of ops from a few hundred names, and the reader interns each once.
+  void name(const devices::InternedName& n) {
+    const auto [at, added] = names_.try_emplace(&n.str(), static_cast<int64_t>(names_.size()));
+    i64(at->second);
+    if (added) str(n.str());
   }
   template <class T, class F>
   void list(const std::vector<T>& v, F each) {
@@ -63,6 +72,7 @@ class Writer {
   }
   std::string out_;
   size_t size_ = 0;  // bytes written; out_ beyond them is spare room
+  std::unordered_map<const std::string*, int64_t> names_;  // pooled string -> index
 };
 
 class Reader {
@@ -92,6 +102,17 @@ class Reader {
     pos_ += n;
     return s;
   }
+  devices::InternedName name() {
+    const int64_t i = i64();
+    TITAN_CHECK(i >= 0 && static_cast<size_t>(i) <= names_.size(), "recording message: name ", i, " at byte ", pos_,
+                " is not in the message's ", names_.size(), " names");
+    if (static_cast<size_t>(i) == names_.size()) {
+      const size_t n = count();
+      names_.emplace_back(in_.substr(pos_, n));
+      pos_ += n;
+    }
+    return names_[static_cast<size_t>(i)];
+  }
   template <class T, class F>
   std::vector<T> list(F each) {
     std::vector<T> v(count());
@@ -108,6 +129,7 @@ class Reader {
  private:
   std::string_view in_;
   size_t pos_ = 0;
+  std::vector<devices::InternedName> names_;  // by index, as Writer::name numbered them
 };
 
 // Ops, issues and waits in order (the data flow and the handles are Trace's to derive), then

@@ -23,7 +23,7 @@ std::vector<devices::TensorUse> get_uses(Reader& r) {
 }
 
 void put_op(Writer& w, const devices::OpDesc& op) {
-  w.str(op.name);
+  w.name(op.name);
   w.pod(op.kind);
   w.pod(op.flops);
   w.i64(op.bytes_read), w.i64(op.bytes_written);
@@ -39,7 +39,7 @@ void put_op(Writer& w, const devices::OpDesc& op) {
 }
 devices::OpDesc get_op(Reader& r) {
   devices::OpDesc op;
-  op.name = r.str();
+  op.name = r.name();
   op.kind = r.pod<devices::OpKind>();
   op.flops = r.pod<double>();
   op.bytes_read = r.i64(), op.bytes_written = r.i64();
@@ -67,9 +67,9 @@ void put(Writer& w, const devices::Trace& t) {
     w.i64(ev.work);
     if (ev.type == Type::kWait) return;
     w.pod(ev.collective.kind);
-    w.str(ev.collective.group);
+    w.name(ev.collective.group);
     w.i64(ev.collective.bytes);
-    w.str(ev.collective.stream);
+    w.name(ev.collective.stream);
   });
   put(w, t.storages());
   put(w, t.storage_resizes());
@@ -77,7 +77,7 @@ void put(Writer& w, const devices::Trace& t) {
 void get(Reader& r, devices::Trace* t) {
   using Type = devices::TraceEvent::Type;
   *t = devices::Trace();
-  // Room for every event at once: growing by doubling moved each 400-byte event about twice
+  // Room for every event at once: growing by doubling moved each event (then 400 bytes) about twice
   // and faulted in pages for twice the room. An event takes at least its type and eight bytes
   // (a work handle, or its op's name length), so a damaged count cannot reserve more than the
   // message could hold.
@@ -98,9 +98,9 @@ void get(Reader& r, devices::Trace* t) {
     }
     devices::CollectiveDesc c;
     c.kind = r.pod<devices::CollectiveKind>();
-    c.group = r.str();
+    c.group = r.name();
     c.bytes = r.i64();
-    c.stream = r.str();
+    c.stream = r.name();
     const int64_t issued = t->issue(c);
     TITAN_CHECK(issued == work, "recording message: event ", i, " was work ", work,
                 " but rebuilds as ", issued);
