@@ -164,25 +164,37 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* p
   return p;
 }
 
-Prefetched prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+Prefetched plan_prefetch(const JobConfig& base, const Overrides& overrides, const RecordingCache& cache) {
   Prefetched pre;
   try {
     JobConfig cfg = base;
     for (const auto& [k, v] : overrides) apply_override(cfg, k, v);
     validate(cfg);
     const LayerSamples s = cache.layer_extrapolation ? layer_samples(cfg) : LayerSamples{};
-    if (!s.ok) {
-      pre.recs.push_back(cache.request(cfg, /*counted=*/false));
-    } else {
-      pre.sampled = true;
-      for (int64_t n : s.layers) pre.recs.push_back(cache.request(with_layers(cfg, n), /*counted=*/false));
-    }
+    pre.sampled = s.ok;
+    pre.layers = s.ok ? std::vector<int64_t>(s.layers.begin(), s.layers.end()) : std::vector<int64_t>{0};
     pre.cfg = std::move(cfg);
     pre.ok = true;
   } catch (const std::exception&) {
     // evaluate() reports it
     pre = Prefetched{};
   }
+  return pre;
+}
+
+void queue_prefetch(Prefetched& pre, RecordingCache& cache) {
+  if (!pre.ok) return;
+  try {
+    for (int64_t n : pre.layers)
+      pre.recs.push_back(cache.request(n > 0 ? with_layers(pre.cfg, n) : pre.cfg, /*counted=*/false));
+  } catch (const std::exception&) {
+    pre = Prefetched{};  // evaluate() reports it
+  }
+}
+
+Prefetched prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache) {
+  Prefetched pre = plan_prefetch(base, overrides, cache);
+  queue_prefetch(pre, cache);
   return pre;
 }
 

@@ -43,6 +43,7 @@ struct Prefetched {
   bool ok = false;  // the overrides applied and the config validated
   JobConfig cfg;
   bool sampled = false;  // recs: its layer samples (layer_samples(cfg)), else cfg itself
+  std::vector<int64_t> layers;  // the depths of what it asks for first (0: cfg's own)
   std::vector<std::shared_future<std::shared_ptr<const RecordedStep>>> recs;
 };
 
@@ -54,6 +55,10 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* p
 // Queues the recordings evaluate(base, overrides) will ask for first (its layer samples, or
 // the config itself), so that the recorder thread works ahead; bad combinations are skipped.
 Prefetched prefetch(const JobConfig& base, const Overrides& overrides, RecordingCache& cache);
+// prefetch() in two steps, for a caller that orders the points by what they will record
+// before it queues anything: the config and its first recordings' depths, then the queueing.
+Prefetched plan_prefetch(const JobConfig& base, const Overrides& overrides, const RecordingCache& cache);
+void queue_prefetch(Prefetched& pre, RecordingCache& cache);
 
 // The value of a config key in this point as text ("simulation.num_chips" -> "8192"); the
 // registry's own spelling, so every key a sweep can set can be read back.

@@ -178,5 +178,35 @@ TEST(LayerExtrapolation, RefusesAFigureThatIsNotAffineInDepth) {
   EXPECT_NE(x.why.find("idle"), std::string::npos) << x.why;
 }
 
+// The study orders its points by what they record before it queues anything: the plan names
+// the layer samples it will ask for (or the config's own depth, 0), queueing asks for exactly
+// those, and a combination that does not apply plans and queues nothing.
+TEST(LayerExtrapolation, PrefetchPlansTheSamplesItQueues) {
+  const JobConfig base = tiny_config({"--model.n_layers", "12"});
+  RecordingCache cache;
+  Prefetched p = plan_prefetch(base, {{"activation_checkpoint.mode", "full"}}, cache);
+  ASSERT_TRUE(p.ok);
+  EXPECT_TRUE(p.sampled);
+  const LayerSamples s = layer_samples(p.cfg);
+  ASSERT_TRUE(s.ok) << s.why;
+  EXPECT_EQ(p.layers, std::vector<int64_t>(s.layers.begin(), s.layers.end()));
+  EXPECT_TRUE(p.recs.empty());
+  queue_prefetch(p, cache);
+  EXPECT_EQ(p.recs.size(), 3u);
+  for (auto& r : p.recs) EXPECT_EQ(r.get()->trace.events().empty(), false);
+
+  RecordingCache whole;
+  whole.layer_extrapolation = false;
+  Prefetched q = plan_prefetch(base, {}, whole);
+  ASSERT_TRUE(q.ok);
+  EXPECT_FALSE(q.sampled);
+  EXPECT_EQ(q.layers, std::vector<int64_t>{0});
+
+  Prefetched bad = plan_prefetch(base, {{"parallelism.tensor_parallel_degree", "3"}}, cache);
+  EXPECT_FALSE(bad.ok);
+  queue_prefetch(bad, cache);
+  EXPECT_TRUE(bad.recs.empty());
+}
+
 }  // namespace
 }  // namespace titan::study
