@@ -16,7 +16,7 @@
 namespace titan::study {
 
 BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep, RecordingCache& cache, int threads,
-                                  const SearchSpace& space) {
+                                  const SearchSpace& space, bool keep_candidates) {
   const RunTimer timer;  // the rate covers enumerating and prefetching too, not the jobs alone
   BestLayoutTable t;
   t.combos = sweep.combinations();
@@ -84,6 +84,16 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
       std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(n), static_cast<int64_t>(order.size()) / (4 * std::max(1, threads)))));
   t.stats.wall_s = timer.wall_s();
   t.stats.cpu_s = timer.cpu_s();
+  // A candidate's overrides: its combination's, then its layout's.
+  auto with_combination = [&](Point p, size_t c) {
+    Overrides all = t.combos[c];
+    all.insert(all.end(), p.overrides.begin(), p.overrides.end());
+    p.overrides = std::move(all);
+    return p;
+  };
+  if (keep_candidates)
+    for (size_t c = 0; c < n; ++c)
+      for (const Point& p : points[c]) t.candidates.push_back(with_combination(p, c));
   for (size_t c = 0; c < n; ++c) {
     Point best;
     best.overrides = t.combos[c];
@@ -93,10 +103,7 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
     } else {
       const SearchResult r = rank_search(cands[c], std::move(points[c]), std::move(rejected[c]), t.stats);
       if (!r.ranked.empty()) {
-        best = r.points[r.ranked.front()];
-        Overrides all = t.combos[c];
-        all.insert(all.end(), best.overrides.begin(), best.overrides.end());
-        best.overrides = all;
+        best = with_combination(r.points[r.ranked.front()], c);
       } else {
         std::string why;
         for (const auto& [fam, w] : r.rejected) why += (why.empty() ? "" : " | ") + fam + ": " + w;

@@ -21,10 +21,14 @@ struct BestLayoutTable {
   std::vector<Point> best;
   std::vector<int64_t> searched;  // configurations simulated per combination
   RunStats stats;                 // over every search
+  // With keep_candidates: every candidate of every combination, combination by combination in
+  // enumeration order (overrides as for best), fitting or not.
+  std::vector<Point> candidates;
 };
 
 BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep, RecordingCache& cache,
-                                  int threads, const SearchSpace& space = SearchSpace{});
+                                  int threads, const SearchSpace& space = SearchSpace{},
+                                  bool keep_candidates = false);
 
 std::string format_best_layout_table(const BestLayoutTable& t, const PriceTable& prices);
 // The same as a Markdown table with the price sources; returns the path.

@@ -118,9 +118,9 @@ std::string cell(const nlohmann::json& v) {
 }  // namespace
 
 std::string write_results(const std::string& folder, const std::vector<std::string>& swept_keys,
-                          const std::vector<Point>& points, const PriceTable& prices) {
+                          const std::vector<Point>& points, const PriceTable& prices, const std::string& stem) {
   std::filesystem::create_directories(folder);
-  const std::string csv_path = folder + "/results.csv", jsonl_path = folder + "/results.jsonl";
+  const std::string csv_path = folder + "/" + stem + ".csv", jsonl_path = folder + "/" + stem + ".jsonl";
   std::ofstream csv(csv_path), jsonl(jsonl_path);
   TITAN_CHECK(csv.good() && jsonl.good(), "cannot write ", csv_path, " / ", jsonl_path);
   std::vector<std::string> cols = swept_keys;

@@ -22,9 +22,11 @@ const std::vector<std::string>& run_setting_columns();
 // run_setting_columns(). Price figures are null when the device has no price.
 nlohmann::json point_json(const Point& p, const PriceTable& prices);
 
-// Writes <folder>/results.csv and <folder>/results.jsonl; returns the CSV path.
+// Writes <folder>/<stem>.csv and <folder>/<stem>.jsonl; returns the CSV path. The JSON lines
+// hold every figure as the shortest decimal that reads back to the same double.
 std::string write_results(const std::string& folder, const std::vector<std::string>& swept_keys,
-                          const std::vector<Point>& points, const PriceTable& prices);
+                          const std::vector<Point>& points, const PriceTable& prices,
+                          const std::string& stem = "results");
 
 // A CSV field: quoted when it holds a comma, quote or newline.
 std::string csv_field(const std::string& s);

@@ -23,7 +23,7 @@ namespace titan::study {
 std::string study_usage() {
   return "usage: titan-study --config BASE.toml [--study SWEEP.toml] [--search] [--threads N]\n"
          "                   [--prices PRICES.toml] [--out FOLDER] [--no-plots] [--top N] [--full-depth]\n"
-         "                   [--every-degree] [--every-replica] [--recorders N]\n"
+         "                   [--every-degree] [--every-replica] [--recorders N] [--all-candidates]\n"
          "                   [--section.key VALUE ...]\n"
          "  --study   every combination of the sweep file's [sweep] values (a layout search per\n"
          "            combination when its [study] search = true); results.csv / .jsonl and plots\n"
@@ -37,6 +37,9 @@ std::string study_usage() {
          "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
          "            0 records in this process, one step at a time\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
+         "  --all-candidates  with a layout search per combination, also write every candidate of\n"
+         "            every combination, fitting or not (FOLDER/candidates.csv / .jsonl; the JSON\n"
+         "            lines carry each figure to the last bit, for comparing two builds)\n"
          "  results go to FOLDER (default <job.dump_folder>/study/<study name or 'search'>)\n";
 }
 
@@ -113,7 +116,8 @@ void check_sweep_values(const JobConfig& base, const SweepFile& sweep, const std
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
   std::string study_path, prices_path = default_prices_path(), out;
-  bool search = false, plots = true, trace = false, full_depth = false, every_degree = false, every_replica = false;
+  bool search = false, plots = true, trace = false, full_depth = false, every_degree = false, every_replica = false,
+       all_candidates = false;
   int threads = 0, recorders = -1;
   size_t top = 5;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -145,6 +149,7 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--every-degree") every_degree = true;
     else if (a == "--every-replica") every_replica = true;
     else if (a == "--recorders") recorders = count(value(), 256);
+    else if (a == "--all-candidates") all_candidates = true;
     else {
       // Config overrides are --section.key; anything else spelled as an option is a typo of one
       // of the flags above, which would otherwise reach the config loader as a key.
@@ -168,6 +173,10 @@ int study_main(const std::vector<std::string>& args) {
   SweepFile sweep;
   if (!study_path.empty()) sweep = read_sweep_file(study_path);
   if (!study_path.empty()) check_sweep_values(base, sweep, study_path);
+  TITAN_CONFIG_CHECK(!all_candidates || (!study_path.empty() && (sweep.search || search)),
+                     "--all-candidates needs --study with a layout search per combination ([study] search = true "
+                     "or --search): --search alone writes every fitting layout to results.csv, a plain sweep every "
+                     "point");
   if (out.empty()) out = base.job.dump_folder + "/study/" + (sweep.name.empty() ? "search" : sweep.name);
   {  // before the study runs, not when its results are written minutes later
     std::error_code ec;
@@ -193,11 +202,13 @@ int study_main(const std::vector<std::string>& args) {
   }
   if (sweep.search || search) {  // a layout search per combination: the best-layout table
     BestLayoutTable t =
-        best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path));
+        best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path), all_candidates);
     print_stats("searches", t.stats, cache);
     std::cout << format_best_layout_table(t, prices);
     std::cout << "wrote " << write_results(out, keys, t.best, prices) << "\n";
     std::cout << "wrote " << write_best_layout_markdown(out + "/table.md", t, prices) << "\n";
+    if (all_candidates)
+      std::cout << "wrote " << write_results(out, keys, t.candidates, prices, "candidates") << " (every candidate)\n";
     if (plots)
       if (const std::string png = draw_goodput_plot(out, sweep.name, sweep.x_key, keys, t.best, prices); !png.empty())
         std::cout << "wrote " << png << "\n";

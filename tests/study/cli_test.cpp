@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -36,15 +38,19 @@ int run(const std::string& args, const std::string& log) {
   return WEXITSTATUS(std::system(cmd.c_str()));
 }
 
-TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
-  const std::string dir = testing::tmp_dir("cli");
+// An empty folder of the tests' named `name`, holding `file` with `text`.
+std::string folder_with(const std::string& name, const std::string& file, const std::string& text) {
+  const std::string dir = testing::tmp_dir(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  {
-    std::ofstream f(dir + "/sweep.toml");
-    f << "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
-         "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n";
-  }
+  std::ofstream(dir + "/" + file) << text;
+  return dir;
+}
+
+TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
+  const std::string dir = folder_with("cli", "sweep.toml",
+                                      "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
+                                      "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n");
   const std::string base = tiny_args() + " --study " + dir + "/sweep.toml --out ";
   ASSERT_EQ(run(base + dir + "/t1 --threads 1", dir + "/t1.log"), 0) << read(dir + "/t1.log");
   ASSERT_EQ(run(base + dir + "/t2 --threads 2", dir + "/t2.log"), 0) << read(dir + "/t2.log");
@@ -68,6 +74,42 @@ TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
     EXPECT_TRUE(is_png(dir + "/t1/cli_mfu.png"));
     EXPECT_TRUE(is_png(dir + "/t1/cli_breakdown.png"));
   }
+}
+
+// --all-candidates: every candidate of every combination, as the best-layout table saw them;
+// each combination's best row is one of them, to the last bit, and none fitting is faster.
+TEST(StudyCli, AllCandidatesHoldEachCombinationsBest) {
+  const std::string dir =
+      folder_with("cli_candidates", "search.toml",
+                  "[study]\nname = \"cands\"\nsearch = true\n[sweep]\n\"simulation.num_chips\" = [4, 8]\n"
+                  "[search]\ntp = [1, 2]\npp = [1]\ndp_replicate = [1]\nlocal_batch = [1]\n"
+                  "activation_checkpoint = [\"full\"]\ncollective_modes = [\"fused\", \"separate\"]\n");
+  ASSERT_EQ(run(tiny_args() + " --study " + dir + "/search.toml --no-plots --all-candidates --out " + dir + "/out",
+                dir + "/run.log"),
+            0)
+      << read(dir + "/run.log");
+  std::map<std::string, std::vector<nlohmann::json>> by_chips;  // swept values are written as given
+  std::istringstream cands(read(dir + "/out/candidates.jsonl"));
+  for (std::string l; std::getline(cands, l);) {
+    const auto j = nlohmann::json::parse(l);
+    by_chips[j.at("simulation.num_chips").get<std::string>()].push_back(j);
+  }
+  ASSERT_EQ(by_chips.size(), 2u);
+  for (const auto& [chips, rows] : by_chips) EXPECT_EQ(rows.size(), 4u) << chips;  // tp 1, 2 x two modes
+  std::istringstream best(read(dir + "/out/results.jsonl"));
+  int n = 0;
+  for (std::string l; std::getline(best, l); ++n) {
+    const auto b = nlohmann::json::parse(l);
+    const auto& rows = by_chips.at(b.at("simulation.num_chips").get<std::string>());
+    EXPECT_EQ(std::count(rows.begin(), rows.end(), b), 1) << l;
+    for (const auto& r : rows)
+      if (r.at("verdict") == "ok")
+        EXPECT_LE(r.at("tokens_per_s_per_chip").get<double>(), b.at("tokens_per_s_per_chip").get<double>());
+  }
+  EXPECT_EQ(n, 2);
+  // Without a search per combination there is no table to add candidates to.
+  EXPECT_EQ(run(tiny_args() + " --search --all-candidates --out " + dir + "/bad", dir + "/bad.log"), 2);
+  EXPECT_NE(read(dir + "/bad.log").find("--all-candidates needs --study"), std::string::npos) << read(dir + "/bad.log");
 }
 
 TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
