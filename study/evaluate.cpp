@@ -123,10 +123,12 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
     const Extrapolation x = extrapolate_layers(s, f);
     if (x.ok) {
       *out = finish_replay(cfg, x.figures, chip, *placement);
+      out->extrapolated_from_layers.assign(s.layers.begin(), s.layers.end());  // as titan-train reports it
       why->clear();
       return true;
     }
     *why = x.why;  // kept if no deeper samples pay off
+    ++cache.failed_fits;
     for (size_t j = 0; j < 3; ++j) last[j] = {s.layers[j], std::move(f[j])};
   }
 }

@@ -69,6 +69,9 @@ class RecordingCache {
   std::string first_not_derived() const;
   std::atomic<int64_t> extrapolated{0};   // points whose figures came from shallow samples
   std::atomic<int64_t> full_depth{0};     // points recorded at their own depth
+  // Sample sets that failed the affine check, each sending its point one layer step deeper
+  // (a replay, and a recording unless another point asked for it first).
+  std::atomic<int64_t> failed_fits{0};
 
   int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
   size_t probes_held();  // probes the cache still holds (recorded or derived)

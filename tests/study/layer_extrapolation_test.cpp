@@ -112,9 +112,14 @@ TEST(LayerExtrapolation, MatchesFullDepthRecordings) {
     const Point full = evaluate_config(cfg, cache);
     ASSERT_FALSE(full.extrapolated);
     cache.layer_extrapolation = true;
+    const int64_t failed_before = cache.failed_fits.load();
     const Point x = evaluate_config(cfg, cache);
     EXPECT_TRUE(x.extrapolated) << l.label << " was recorded at full depth: " << x.full_depth_reason;
     expect_same_result(full, x, l.label);
+    // Each failed fit moved the samples one layer step deeper, and the study counted it.
+    ASSERT_EQ(x.result.extrapolated_from_layers.size(), 3u) << l.label;
+    EXPECT_EQ(cache.failed_fits.load() - failed_before, (x.result.extrapolated_from_layers[0] - s.layers[0]) / s.step)
+        << l.label;
   }
 }
 
