@@ -48,7 +48,7 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
   // The candidates that record the most layers first: their recordings take longest, and a
   // sample set that fails its fit asks for a deeper one only once replayed, a chain of waits;
   // queued last, those chains ran on one core at the end while the other idled (launch/bench-
-  // study: 0.44-0.58 core-seconds idle, 0.17-0.35 with them first).
+  // study, 6 alternating pairs: median 0.44 idle core-seconds in the search, 0.23 this way).
   std::vector<int64_t> layers;  // by candidate index, the most of any combination
   for (size_t c = 0; c < n; ++c)
     for (size_t i = 0; i < planned[c].size(); ++i) {

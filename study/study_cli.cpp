@@ -54,14 +54,15 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       stderr,
       "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
       "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
-      "shallow recordings (%lld sample sets failed the affine check, each sending its point deeper), %lld recorded at "
-      "full depth; %lld steps resized from another dp_shard "
+      "shallow recordings (%lld sample sets failed the affine check, each sending its point deeper), "
+      "%lld recorded at full depth; %lld steps resized from another dp_shard "
       "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
       "dp_replicate 2, %lld not%s%s; %zu recorder%s%s; CPU %.2f s in this process over the run%s\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
       static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
-      static_cast<long long>(cache.failed_fits.load()), static_cast<long long>(cache.full_depth.load()), static_cast<long long>(cache.resized.load()),
+      static_cast<long long>(cache.failed_fits.load()), static_cast<long long>(cache.full_depth.load()),
+      static_cast<long long>(cache.resized.load()),
       static_cast<long long>(cache.resized_in_place.load()),
       static_cast<long long>(cache.not_resized.load()), cache.not_resized.load() ? " (first: " : "",
       cache.not_resized.load() ? (cache.first_not_resized() + ")").c_str() : "",
@@ -203,7 +204,8 @@ int study_main(const std::vector<std::string>& args) {
   }
   if (sweep.search || search) {  // a layout search per combination: the best-layout table
     BestLayoutTable t =
-        best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path), all_candidates);
+        best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path),
+                          all_candidates);
     print_stats("searches", t.stats, cache);
     std::cout << format_best_layout_table(t, prices);
     std::cout << "wrote " << write_results(out, keys, t.best, prices) << "\n";

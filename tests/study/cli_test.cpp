@@ -48,9 +48,10 @@ std::string folder_with(const std::string& name, const std::string& file, const 
 }
 
 TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
-  const std::string dir = folder_with("cli", "sweep.toml",
-                                      "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
-                                      "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n");
+  const std::string dir =
+      folder_with("cli", "sweep.toml",
+                  "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
+                  "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n");
   const std::string base = tiny_args() + " --study " + dir + "/sweep.toml --out ";
   ASSERT_EQ(run(base + dir + "/t1 --threads 1", dir + "/t1.log"), 0) << read(dir + "/t1.log");
   ASSERT_EQ(run(base + dir + "/t2 --threads 2", dir + "/t2.log"), 0) << read(dir + "/t2.log");

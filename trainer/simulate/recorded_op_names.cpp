@@ -1,8 +1,8 @@
 // Interned op names for the trace recorder's callbacks (see recorded_op_names.h).
 #include "trainer/simulate/recorded_op_names.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>

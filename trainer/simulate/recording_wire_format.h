@@ -1,5 +1,5 @@
 // The byte format of recorded steps (recording_wire.h): a writer and a reader of plain values,
-// strings and lists, and the codecs of a recording's parts, one file each so that a struct's
+// strings, names (each string once per message) and lists, and the codecs of a recording's parts, one file each so that a struct's
 // fields and their wire stay side by side: traces and Communicator calls
 // (recording_wire_trace.cpp), pipelines (recording_wire_pipeline.cpp), FSDP's shard notes
 // (recording_wire_shard_notes.cpp); the step and the entry points are recording_wire.cpp's.
@@ -57,6 +57,7 @@ class Writer {
   std::string take() {
     out_.resize(size_);
     size_ = 0;
+    names_.clear();  // a next message starts its own table
     return std::move(out_);
   }
 
