@@ -155,6 +155,61 @@ TEST(RecordingWire, NamesTravelOncePerMessage) {
   }
 }
 
+// An op's matmul shape, grouped shapes and attention shape travel only when they differ from
+// their defaults: each comes back as it went, and an unknown flag is an error.
+TEST(RecordingWire, OpShapesTravelOnlyWhenSet) {
+  devices::Trace t;
+  devices::OpDesc plain;
+  plain.name = "aten::add";
+  plain.bytes_read = 64, plain.bytes_written = 32;
+  plain.reads = {{1, 32}, {2, 32}};
+  plain.writes = {{3, 32}};
+  devices::OpDesc shaped = plain;
+  shaped.name = "titan::grouped_attention";
+  shaped.mm = {2, 3, 5, 7};
+  shaped.groups = {{1, 4, 8, 16}, {1, 2, 8, 16}};
+  shaped.attn = {1, 8, 2, 128, 256, 64, false, true};
+  t.compute(devices::OpDesc(plain));
+  t.compute(devices::OpDesc(shaped));
+  wire::Writer w;
+  wire::put(w, t);
+  const std::string bytes = w.take();
+  wire::Reader r(bytes);
+  devices::Trace back;
+  wire::get(r, &back);
+  r.done();
+  ASSERT_EQ(back.events().size(), 2u);
+  const devices::OpDesc &a = back.events()[0].op, &b = back.events()[1].op;
+  EXPECT_EQ(a.mm.batch, 1);
+  EXPECT_EQ(a.mm.m, 0);
+  EXPECT_TRUE(a.groups.empty());
+  EXPECT_EQ(a.attn.heads, 0);
+  EXPECT_TRUE(a.attn.causal);
+  EXPECT_EQ(b.mm.batch, 2);
+  EXPECT_EQ(b.mm.k, 7);
+  ASSERT_EQ(b.groups.size(), 2u);
+  EXPECT_EQ(b.groups[1].m, 2);
+  EXPECT_EQ(b.attn.kv_len, 256);
+  EXPECT_FALSE(b.attn.causal);
+  EXPECT_TRUE(b.attn.backward);
+  wire::Writer again;
+  wire::put(again, back);
+  EXPECT_EQ(again.take(), bytes);
+  // The flags byte follows the name (index and string), kind, FLOPs and two byte counts.
+  std::string bad = bytes;
+  const size_t flags_at = 8 + sizeof(devices::TraceEvent::Type) + 8 + 8 + 9 + sizeof(devices::OpKind) + 8 + 16;
+  ASSERT_LT(bad[flags_at], 8) << "the layout above moved";
+  bad[flags_at] = 9;
+  wire::Reader rb(bad);
+  devices::Trace none;
+  try {
+    wire::get(rb, &none);
+    ADD_FAILURE() << "an unknown shapes flag decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("op shapes flags 9 unknown"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RecordingWire, DamagedMessagesAreErrors) {
   const std::string bytes = encode_step(record_step(tiny_config()));
   for (size_t cut : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {

@@ -22,16 +22,35 @@ std::vector<devices::TensorUse> get_uses(Reader& r) {
       [&](devices::TensorUse& u) { u.id = r.i64(), u.bytes = r.i64(); });
 }
 
+// Which of an op's shapes differ from their defaults and travel: most ops are neither a matmul
+// nor attention, and their default shapes were 90 of an op's some 150 fixed bytes.
+enum ShapeFlags : uint8_t { kHasMatmul = 1, kHasGroups = 2, kHasAttention = 4 };
+
+bool is_default(const devices::MatmulShape& s) {
+  const devices::MatmulShape d;
+  return s.batch == d.batch && s.m == d.m && s.n == d.n && s.k == d.k;
+}
+bool is_default(const devices::AttentionShape& a) {
+  const devices::AttentionShape d;
+  return a.batch == d.batch && a.heads == d.heads && a.kv_heads == d.kv_heads && a.q_len == d.q_len &&
+         a.kv_len == d.kv_len && a.head_dim == d.head_dim && a.causal == d.causal && a.backward == d.backward;
+}
+
 void put_op(Writer& w, const devices::OpDesc& op) {
   w.name(op.name);
   w.pod(op.kind);
   w.pod(op.flops);
   w.i64(op.bytes_read), w.i64(op.bytes_written);
-  w.pod(op.mm);
-  w.list(op.groups, [&](const devices::MatmulShape& s) { w.pod(s); });
-  const devices::AttentionShape& a = op.attn;  // field by field: no padding bytes on the wire
-  for (int64_t v : {a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim}) w.i64(v);
-  w.pod(a.causal), w.pod(a.backward);
+  const uint8_t shapes = (is_default(op.mm) ? 0 : kHasMatmul) | (op.groups.empty() ? 0 : kHasGroups) |
+                         (is_default(op.attn) ? 0 : kHasAttention);
+  w.pod(shapes);
+  if (shapes & kHasMatmul) w.pod(op.mm);
+  if (shapes & kHasGroups) w.list(op.groups, [&](const devices::MatmulShape& s) { w.pod(s); });
+  if (shapes & kHasAttention) {
+    const devices::AttentionShape& a = op.attn;  // field by field: no padding bytes on the wire
+    for (int64_t v : {a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim}) w.i64(v);
+    w.pod(a.causal), w.pod(a.backward);
+  }
   w.i64(op.dtype_bytes);
   w.pod(op.outside_blocks);
   put_uses(w, op.reads);
@@ -43,12 +62,17 @@ devices::OpDesc get_op(Reader& r) {
   op.kind = r.pod<devices::OpKind>();
   op.flops = r.pod<double>();
   op.bytes_read = r.i64(), op.bytes_written = r.i64();
-  op.mm = r.pod<devices::MatmulShape>();
-  op.groups = r.list<devices::MatmulShape>([&](devices::MatmulShape& s) { s = r.pod<devices::MatmulShape>(); });
-  devices::AttentionShape& a = op.attn;
-  for (int64_t* v : {&a.batch, &a.heads, &a.kv_heads, &a.q_len, &a.kv_len, &a.head_dim})
-    *v = r.i64();
-  a.causal = r.pod<bool>(), a.backward = r.pod<bool>();
+  const auto shapes = r.pod<uint8_t>();
+  TITAN_CHECK(shapes < 8, "recording message: op shapes flags ", static_cast<int>(shapes), " unknown");
+  if (shapes & kHasMatmul) op.mm = r.pod<devices::MatmulShape>();
+  if (shapes & kHasGroups)
+    op.groups = r.list<devices::MatmulShape>([&](devices::MatmulShape& s) { s = r.pod<devices::MatmulShape>(); });
+  if (shapes & kHasAttention) {
+    devices::AttentionShape& a = op.attn;
+    for (int64_t* v : {&a.batch, &a.heads, &a.kv_heads, &a.q_len, &a.kv_len, &a.head_dim})
+      *v = r.i64();
+    a.causal = r.pod<bool>(), a.backward = r.pod<bool>();
+  }
   op.dtype_bytes = r.i64();
   op.outside_blocks = r.pod<bool>();
   op.reads = get_uses(r);
