@@ -53,9 +53,8 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
   for (size_t c = 0; c < n; ++c)
     for (size_t i = 0; i < planned[c].size(); ++i) {
       if (layers.size() <= i) layers.resize(i + 1, 0);
-      int64_t sum = 0;
-      for (int64_t d : planned[c][i].layers) sum += d > 0 ? d : planned[c][i].cfg.model.n_layers;
-      layers[i] = std::max(layers[i], sum);
+      const std::vector<int64_t>& d = planned[c][i].layers;
+      layers[i] = std::max(layers[i], std::accumulate(d.begin(), d.end(), int64_t{0}));
     }
   std::vector<size_t> by_cost(layers.size());
   std::iota(by_cost.begin(), by_cost.end(), size_t{0});

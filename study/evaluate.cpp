@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "trainer/config/config_keys.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/config/resolve_model.h"
 #include "trainer/simulate/layer_extrapolation.h"
 #include "trainer/step/trainer.h"
 
@@ -174,7 +175,9 @@ Prefetched plan_prefetch(const JobConfig& base, const Overrides& overrides, cons
     validate(cfg);
     const LayerSamples s = cache.layer_extrapolation ? layer_samples(cfg) : LayerSamples{};
     pre.sampled = s.ok;
-    pre.layers = s.ok ? std::vector<int64_t>(s.layers.begin(), s.layers.end()) : std::vector<int64_t>{0};
+    // The config's own depth as its model resolves it: model.n_layers is 0 under a flavor.
+    pre.layers = s.ok ? std::vector<int64_t>(s.layers.begin(), s.layers.end())
+                      : std::vector<int64_t>{resolve_model_args(cfg, vocab_without_data(cfg)).n_layers};
     pre.cfg = std::move(cfg);
     pre.ok = true;
   } catch (const std::exception&) {
@@ -188,7 +191,7 @@ void queue_prefetch(Prefetched& pre, RecordingCache& cache) {
   if (!pre.ok) return;
   try {
     for (int64_t n : pre.layers)
-      pre.recs.push_back(cache.request(n > 0 ? with_layers(pre.cfg, n) : pre.cfg, /*counted=*/false));
+      pre.recs.push_back(cache.request(pre.sampled ? with_layers(pre.cfg, n) : pre.cfg, /*counted=*/false));
   } catch (const std::exception&) {
     pre = Prefetched{};  // evaluate() reports it
   }

@@ -43,7 +43,7 @@ struct Prefetched {
   bool ok = false;  // the overrides applied and the config validated
   JobConfig cfg;
   bool sampled = false;  // recs: its layer samples (layer_samples(cfg)), else cfg itself
-  std::vector<int64_t> layers;  // the depths of what it asks for first (0: cfg's own)
+  std::vector<int64_t> layers;  // the depths of what it asks for first (unsampled: cfg's own, resolved)
   std::vector<std::shared_future<std::shared_ptr<const RecordedStep>>> recs;
 };
 

@@ -10,7 +10,9 @@
 
 #include "study/evaluate.h"
 #include "study_fixture.h"
+#include "trainer/config/resolve_model.h"
 #include "trainer/simulate/layer_extrapolation.h"
+#include "trainer/step/trainer.h"
 
 namespace titan::study {
 namespace {
@@ -184,8 +186,9 @@ TEST(LayerExtrapolation, RefusesAFigureThatIsNotAffineInDepth) {
 }
 
 // The study orders its points by what they record before it queues anything: the plan names
-// the layer samples it will ask for (or the config's own depth, 0), queueing asks for exactly
-// those, and a combination that does not apply plans and queues nothing.
+// the layer samples it will ask for (or the config's own depth, as its model resolves it),
+// queueing asks for exactly those, and a combination that does not apply plans and queues
+// nothing.
 TEST(LayerExtrapolation, PrefetchPlansTheSamplesItQueues) {
   const JobConfig base = tiny_config({"--model.n_layers", "12"});
   RecordingCache cache;
@@ -205,7 +208,15 @@ TEST(LayerExtrapolation, PrefetchPlansTheSamplesItQueues) {
   Prefetched q = plan_prefetch(base, {}, whole);
   ASSERT_TRUE(q.ok);
   EXPECT_FALSE(q.sampled);
-  EXPECT_EQ(q.layers, std::vector<int64_t>{0});
+  EXPECT_EQ(q.layers, std::vector<int64_t>{12});
+  queue_prefetch(q, whole);
+  EXPECT_EQ(q.recs.size(), 1u);
+  // Under a flavor model.n_layers is 0: the depth is the flavor's.
+  JobConfig flavored = base;
+  flavored.model.n_layers = 0;
+  const int64_t flavor_layers = resolve_model_args(flavored, vocab_without_data(flavored)).n_layers;
+  ASSERT_GT(flavor_layers, 0);
+  EXPECT_EQ(plan_prefetch(flavored, {}, whole).layers, std::vector<int64_t>{flavor_layers});
 
   Prefetched bad = plan_prefetch(base, {{"parallelism.tensor_parallel_degree", "3"}}, cache);
   EXPECT_FALSE(bad.ok);
