@@ -246,6 +246,30 @@ TEST(SimulatePipeline, MicrobatchExtrapolationMatchesTheFullRecording) {
   EXPECT_GE(extrapolated, 4);  // not every case may find fewer; most must
 }
 
+// A config the trainer refuses after planning its pipeline (here tp 3 of 8 heads) is refused
+// with the trainer's error for the config itself, whether or not fewer micro-batches would be
+// recorded (the schedule is planned without building a trainer).
+TEST(SimulatePipeline, RefusedAsTheTrainerRefusesTheConfig) {
+  const std::vector<std::string> tp3 = {"--training.local_batch_size", "24", "--training.global_batch_size", "24",
+                                        "--parallelism.tensor_parallel_degree", "3",
+                                        "--parallelism.data_parallel_shard_degree", "1",
+                                        "--simulation.num_chips", "12"};
+  auto error_of = [](const JobConfig& c) {
+    try {
+      (void)record_step(c, /*place=*/false);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(recorded)");
+  };
+  std::vector<std::string> all = tp3;
+  all.insert(all.end(), kRecordAll.begin(), kRecordAll.end());
+  const std::string some_error = error_of(pp_config("1F1B", tp3)), all_error = error_of(pp_config("1F1B", all));
+  EXPECT_NE(all_error, "(recorded)");
+  EXPECT_NE(all_error.find("tensor_parallel"), std::string::npos) << all_error;
+  EXPECT_EQ(some_error, all_error);
+}
+
 // GPipe holds every micro-batch at its peak: no fewer can stand in for them.
 TEST(SimulatePipeline, GPipeIsRecordedWhole) {
   EXPECT_EQ(recorded_microbatch_count(make_pipeline_schedule("GPipe", 4, 4, 12)), 12);

@@ -9,7 +9,9 @@
 
 #include "collectives/world.h"
 #include "common/error.h"
+#include "parallel/context_parallel.h"
 #include "parallel/fsdp_observer.h"
+#include "trainer/config/resolve_model.h"
 #include "trainer/simulate/microbatch_extrapolation.h"
 #include "trainer/simulate/pipeline_rank_reuse.h"
 #include "trainer/simulate/trace_recorder.h"
@@ -184,25 +186,37 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
   PipeSchedule full;
   int k = 0;
   if (cfg.simulation.microbatch_extrapolation) {
-    // Only the full schedule of rank 0's trainer, to choose how many micro-batches to record:
-    // built without an FSDP observer (shard_probe.cpp notes one plan per recorded rank).
-    FsdpObserver* observer = fsdp_observer();
-    set_fsdp_observer(nullptr);
-    try {
-      set_sim_world(chips, 0);
-      CommOptions co = comm_options(cfg);
-      co.backend = "sim";
-      Trainer trainer(cfg, init_distributed(co), /*on_meta=*/true);
-      full = trainer.pipeline()->schedule();
-    } catch (...) {
-      set_fsdp_observer(observer);
-      throw;
-    }
-    set_fsdp_observer(observer);
+    // The full schedule, to choose how many micro-batches to record: planned as the trainer
+    // plans it, after the checks it makes first (so that a config they refuse is refused with
+    // the same error), without building a trainer (a model and its plans: 2% of a study's
+    // recording time).
+    const ParallelDims d = parallel_dims(cfg, chips);
+    check_context_parallel(cfg.training.seq_len, d.cp);
+    const ModelArgs args = resolve_model_args(cfg, vocab_without_data(cfg));
+    full = plan_pipeline(cfg, args, d.pp, /*fsdp=*/d.fsdp_enabled() || d.dp_replicate > 1).schedule;
     k = recorded_microbatch_count(full);
   }
   const bool extrapolate = k > 0 && k < full.num_microbatches;
   const JobConfig recorded = extrapolate ? with_microbatches(cfg, full.num_microbatches, k) : cfg;
+  // A config the trainer refuses after its plan is refused as the trainer refuses cfg itself,
+  // not as the fewer micro-batches recorded.
+  auto refused_as_configured = [&](const std::exception_ptr& e) {
+    if (extrapolate) {
+      FsdpObserver* observer = fsdp_observer();
+      set_fsdp_observer(nullptr);  // shard_probe.cpp notes one plan per recorded rank
+      try {
+        set_sim_world(chips, 0);
+        CommOptions co = comm_options(cfg);
+        co.backend = "sim";
+        Trainer trainer(cfg, init_distributed(co), /*on_meta=*/true);
+      } catch (...) {
+        set_fsdp_observer(observer);
+        throw;
+      }
+      set_fsdp_observer(observer);
+    }
+    std::rethrow_exception(e);
+  };
   // Ranks whose key (pipeline_rank_reuse.h) an earlier rank had are built from its segments.
   // Not while an FSDP observer notes one plan per recorded rank (shard_probe.cpp).
   // Nor when FSDP frees a stage after each forward (fsdp_reshard_after_forward = "always"): the
@@ -224,7 +238,13 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
       recorded_for.emplace(key, std::make_pair(r, std::move(e.resizes)));
       continue;
     }
-    RankExtras e = record_rank(recorded, chips, q, recording, walk_memory, out);
+    RankExtras e;
+    try {
+      e = record_rank(recorded, chips, q, recording, walk_memory, out);
+    } catch (...) {
+      if (q != 0) throw;
+      refused_as_configured(std::current_exception());
+    }
     if (q == 0) {
       stages = std::move(e.stages);
       recorded_for.emplace(pipeline_rank_key(out.schedule, stages, cfg, 0), std::make_pair(0, std::move(e.resizes)));

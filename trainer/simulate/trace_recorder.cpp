@@ -121,12 +121,18 @@ devices::Trace TraceRecorder::take_trace() {
   return out;
 }
 
+std::map<std::string, int64_t> TraceRecorder::op_counts() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, n] : counts_) out[*name] += n;
+  return out;
+}
+
 // Called with `recorder_state::mu` held.
 void TraceRecorder::add_late_write(int64_t op, const devices::TensorUse& use) { late_writes_.push_back({op, use}); }
 
 // Called with `recorder_state::mu` held.
 void TraceRecorder::add_compute(devices::OpDesc&& op) {
-  counts_[op.name]++;
+  counts_[&op.name.str()]++;
   trace_.compute(std::move(op));
 }
 

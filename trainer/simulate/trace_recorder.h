@@ -86,7 +86,7 @@ class TraceRecorder {
   const std::vector<SimCollectiveEvent>& calls() const { return calls_; }
   // Recorded leaf ops per aten name (attention ops under kAttentionScope's name, fused kernels
   // under their op names).
-  std::map<std::string, int64_t> op_counts() const { return {counts_.begin(), counts_.end()}; }
+  std::map<std::string, int64_t> op_counts() const;
 
   // Called by the RecordFunction callbacks and the sim listener (any thread; serialized).
   void add_compute(devices::OpDesc&& op);
@@ -99,7 +99,9 @@ class TraceRecorder {
  private:
   devices::Trace trace_;
   std::vector<SimCollectiveEvent> calls_;
-  std::unordered_map<std::string, int64_t> counts_;  // op_counts(), unsorted: a hash per op, not a tree walk
+  // op_counts(), keyed by the interned name's string (one per name: devices::InternedName), so
+  // that counting an op hashes a pointer, not its characters.
+  std::unordered_map<const std::string*, int64_t> counts_;
   std::map<int64_t, int64_t> work_of_;  // sim id -> trace work id
   std::vector<std::pair<int64_t, devices::TensorUse>> late_writes_;
   uint64_t handle_ = 0;
