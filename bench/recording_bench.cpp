@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +61,8 @@ double time_step(const titan::JobConfig& cfg, Way way) {
                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                                                 at::RecordScope::USER_SCOPE}));
   if (way == Way::kRecorder)
-    recorder = std::make_unique<titan::TraceRecorder>(titan::record_options(titan::simulated_chip(cfg)));
+    recorder = std::make_unique<titan::TraceRecorder>(
+        titan::record_options(titan::simulated_chip(cfg), titan::execution_mode(cfg)));
   const double t0 = thread_cpu_ms();
   trainer.train_step();
   const double ms = thread_cpu_ms() - t0;
@@ -75,11 +77,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   int rounds = 15;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
-    } else {
+    if (std::string(argv[i]) != "--rounds") {
       args.emplace_back(argv[i]);
+      continue;
     }
+    char* end = nullptr;
+    const long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+    if (i + 1 >= argc || *end != '\0' || n < 1 || n > 100000) {
+      std::fprintf(stderr, "recording_bench: --rounds needs a whole number from 1 to 100000\n");
+      return 2;
+    }
+    rounds = static_cast<int>(n);
+    ++i;
   }
   try {
     const titan::JobConfig cfg = titan::load_job_config(args);
@@ -103,6 +112,9 @@ int main(int argc, char** argv) {
   } catch (const titan::Error& e) {
     std::fprintf(stderr, "recording_bench: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {  // torch's, for a shape the model cannot take
+    std::fprintf(stderr, "recording_bench: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

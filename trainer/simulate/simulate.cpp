@@ -45,8 +45,6 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
   return {{"pp", d.pp}, {"dp_replicate", d.dp_replicate}, {"dp_shard", d.dp_shard}, {"cp", d.cp}, {"tp", d.tp}};
 }
 
-namespace {
-
 devices::ExecutionMode execution_mode(const JobConfig& cfg) {
   switch (cfg.simulation.execution) {
     case Execution::kEager: return devices::ExecutionMode::kEager;
@@ -55,8 +53,6 @@ devices::ExecutionMode execution_mode(const JobConfig& cfg) {
   }
   return devices::ExecutionMode::kDeferAndFuse;
 }
-
-}  // namespace
 
 namespace {
 std::atomic<bool> recording_walks_memory{true};

@@ -44,6 +44,8 @@ struct RecordedStep {
 // The chip a config names; "cpu" reads its constants from the calibration file
 // (TITAN_CPU_CALIBRATION, default <source>/outputs/cpu_calibration.toml).
 devices::ChipSpec simulated_chip(const JobConfig& cfg);
+// simulation.execution as the device model names it.
+devices::ExecutionMode execution_mode(const JobConfig& cfg);
 std::string cpu_calibration_path();
 
 // Mesh dims of a layout, outermost first, as devices::place_mesh takes them.
