@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "collectives/sim_backend.h"
-#include "collectives/world.h"
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
@@ -48,10 +46,7 @@ const char* way_name(Way w) {
 
 // One first step of a fresh trainer, timed; the callback or recorder only around the step.
 double time_step(const titan::JobConfig& cfg, Way way) {
-  titan::set_sim_world(cfg.simulation.num_chips, 0);
-  titan::CommOptions co = titan::comm_options(cfg);
-  co.backend = "sim";
-  titan::Trainer trainer(cfg, titan::init_distributed(co), /*on_meta=*/true);
+  titan::Trainer trainer(cfg, titan::sim_world(cfg, cfg.simulation.num_chips, 0), /*on_meta=*/true);
   at::CallbackHandle handle = 0;
   std::unique_ptr<titan::TraceRecorder> recorder;
   if (way == Way::kCallback || way == Way::kInputs || way == Way::kInputsOutputs)

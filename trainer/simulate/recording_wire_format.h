@@ -1,8 +1,9 @@
 // The byte format of recorded steps (recording_wire.h): a writer and a reader of plain values,
-// strings, names (each string once per message) and lists, and the codecs of a recording's parts, one file each so that a struct's
-// fields and their wire stay side by side: traces and Communicator calls
-// (recording_wire_trace.cpp), pipelines (recording_wire_pipeline.cpp), FSDP's shard notes
-// (recording_wire_shard_notes.cpp); the step and the entry points are recording_wire.cpp's.
+// strings, names (each string once per message) and lists, and the codecs of a recording's
+// parts, one file each so that a struct's fields and their wire stay side by side: traces and
+// Communicator calls (recording_wire_trace.cpp), pipelines (recording_wire_pipeline.cpp),
+// FSDP's shard notes (recording_wire_shard_notes.cpp); the step and the entry points are
+// recording_wire.cpp's.
 // Each file checks the sizes of the structs it carries, so that a field added without its
 // wire stops the build there.
 #pragma once

@@ -45,6 +45,13 @@ std::vector<devices::MeshDim> mesh_dims(const ParallelDims& d) {
   return {{"pp", d.pp}, {"dp_replicate", d.dp_replicate}, {"dp_shard", d.dp_shard}, {"cp", d.cp}, {"tp", d.tp}};
 }
 
+std::shared_ptr<World> sim_world(const JobConfig& cfg, int64_t chips, int64_t rank) {
+  set_sim_world(chips, rank);
+  CommOptions co = comm_options(cfg);
+  co.backend = "sim";
+  return init_distributed(co);
+}
+
 devices::ExecutionMode execution_mode(const JobConfig& cfg) {
   switch (cfg.simulation.execution) {
     case Execution::kEager: return devices::ExecutionMode::kEager;
@@ -83,10 +90,7 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
 
   // The sim World: num_chips ranks, this process is rank 0 (every rank of a stage does the
   // same work under SPMD).
-  set_sim_world(chips, 0);
-  CommOptions co = comm_options(cfg);
-  co.backend = "sim";
-  auto world = init_distributed(co);
+  auto world = sim_world(cfg, chips, 0);
 
   // The trainer itself, on the meta device over the sim World: same model, plans,
   // optimizer and step as a real run.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/sim_backend.h"
+#include "collectives/world.h"
 #include "devices/memory_model.h"
 #include "devices/step_simulator.h"
 #include "devices/trace_memory.h"
@@ -44,6 +45,9 @@ struct RecordedStep {
 // The chip a config names; "cpu" reads its constants from the calibration file
 // (TITAN_CPU_CALIBRATION, default <source>/outputs/cpu_calibration.toml).
 devices::ChipSpec simulated_chip(const JobConfig& cfg);
+// A sim World of `chips` ranks in which this process is rank `rank`, with cfg's communication
+// options: what a recording's trainer runs over.
+std::shared_ptr<World> sim_world(const JobConfig& cfg, int64_t chips, int64_t rank);
 // simulation.execution as the device model names it.
 devices::ExecutionMode execution_mode(const JobConfig& cfg);
 std::string cpu_calibration_path();

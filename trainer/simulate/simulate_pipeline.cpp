@@ -7,13 +7,13 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "collectives/world.h"
 #include "common/error.h"
 #include "parallel/context_parallel.h"
 #include "parallel/fsdp_observer.h"
 #include "trainer/config/resolve_model.h"
 #include "trainer/simulate/microbatch_extrapolation.h"
 #include "trainer/simulate/pipeline_rank_reuse.h"
+#include "trainer/simulate/simulate.h"
 #include "trainer/simulate/trace_recorder.h"
 #include "trainer/step/parallelize.h"
 #include "trainer/step/trainer.h"
@@ -82,11 +82,7 @@ struct RankExtras {
 RankExtras record_rank(const JobConfig& cfg, int64_t chips, int64_t q, const RecordOptions& recording,
                        bool walk_memory, RecordedPipeline& out) {
   const int64_t per_stage = chips / static_cast<int64_t>(out.ranks.size());  // pp is the outermost mesh dim
-  set_sim_world(chips, q * per_stage);
-  CommOptions co = comm_options(cfg);
-  co.backend = "sim";
-  auto world = init_distributed(co);
-  Trainer trainer(cfg, world, /*on_meta=*/true);
+  Trainer trainer(cfg, sim_world(cfg, chips, q * per_stage), /*on_meta=*/true);
   PipelineModel& pm = *trainer.pipeline();
   const PipeSchedule& s = pm.schedule();
   if (q == 0) {
@@ -205,10 +201,7 @@ RecordedPipeline record_pipeline(const JobConfig& cfg, int64_t chips, const Reco
       FsdpObserver* observer = fsdp_observer();
       set_fsdp_observer(nullptr);  // shard_probe.cpp notes one plan per recorded rank
       try {
-        set_sim_world(chips, 0);
-        CommOptions co = comm_options(cfg);
-        co.backend = "sim";
-        Trainer trainer(cfg, init_distributed(co), /*on_meta=*/true);
+        Trainer trainer(cfg, sim_world(cfg, chips, 0), /*on_meta=*/true);
       } catch (...) {
         set_fsdp_observer(observer);
         throw;
