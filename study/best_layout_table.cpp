@@ -60,27 +60,38 @@ BestLayoutTable best_layout_table(const JobConfig& base, const SweepFile& sweep,
   std::iota(by_cost.begin(), by_cost.end(), size_t{0});
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](size_t a, size_t b) { return layers[a] > layers[b]; });
   std::vector<std::pair<size_t, size_t>> order;
-  std::vector<Prefetched> pre;  // each point's config and recordings, taken by evaluate()
   for (size_t i : by_cost)
     for (size_t c = 0; c < n; ++c)
-      if (i < cands[c].size()) {
-        order.emplace_back(c, i);
-        pre.push_back(std::move(planned[c][i]));
-        queue_prefetch(pre.back(), cache);
-      }
+      if (i < cands[c].size()) order.emplace_back(c, i);
+  // A layout's points at every combination (chip count) on one thread, one after the other:
+  // each resizes the same probes' recordings, in place of the previous one's.
+  const int64_t jobs = static_cast<int64_t>(order.size());
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(n), jobs / (4 * std::max(1, threads))));
+  // The recorders stay two layouts' points ahead of the slowest thread (launch/bench-study:
+  // 20% fewer page faults, peak 480 MB instead of 600 MB).
+  cache.begin_points(2 * chunk);
+  struct EndPoints {
+    RecordingCache& cache;
+    ~EndPoints() { cache.end_points(); }
+  } end_points{cache};
+  std::vector<Prefetched> pre;  // each point's config and recordings, taken by evaluate()
+  for (const auto& [c, i] : order) {
+    cache.prefetching_for(static_cast<int64_t>(pre.size()));
+    pre.push_back(std::move(planned[c][i]));
+    queue_prefetch(pre.back(), cache);
+  }
   std::vector<std::vector<Point>> points(n);
   for (size_t c = 0; c < n; ++c) points[c].resize(cands[c].size());
   t.stats = run_parallel(
-      static_cast<int64_t>(order.size()),
+      jobs,
       [&](int64_t k) {
         const auto [c, i] = order[static_cast<size_t>(k)];
+        cache.evaluating(k);
         points[c][i] = evaluate(bases[c], cands[c][i].overrides, cache, &pre[static_cast<size_t>(k)]);
         pre[static_cast<size_t>(k)] = Prefetched{};  // its config and any recording it still held
       },
-      threads, "searches",
-      // A layout's points at every combination (chip count) on one thread, one after the
-      // other: each resizes the same probes' recordings, in place of the previous one's.
-      std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(n), static_cast<int64_t>(order.size()) / (4 * std::max(1, threads)))));
+      threads, "searches", chunk);
   t.stats.wall_s = timer.wall_s();
   t.stats.cpu_s = timer.cpu_s();
   // A candidate's overrides: its combination's, then its layout's.

@@ -10,6 +10,9 @@
 #include "trainer/step/trainer.h"
 
 namespace titan::study {
+namespace {
+thread_local int64_t this_point = -1;  // the point this thread evaluates (RecordingCache::evaluating)
+}  // namespace
 
 std::string RecordingCache::key(const JobConfig& cfg) {
   JobConfig k = cfg;
@@ -115,30 +118,107 @@ RecordingCache::~RecordingCache() {
 void RecordingCache::recorder_loop(Recorder& recorder) {
   for (;;) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
+    auto next = [&] {
+      return std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) {
+        return lookahead_ <= 0 || j.needed_by <= evaluating_ + lookahead_;
+      });
+    };
+    queue_cv_.wait(lock, [&] { return stop_ || next() != queue_.end(); });
+    const auto at = next();
+    if (at == queue_.end()) return;  // stopping; what is left is beyond the lookahead
+    Job job = std::move(*at);
+    queue_.erase(at);
     lock.unlock();
-    job(recorder);  // sets its promise, value or exception
+    job.run(recorder);  // sets its promise, value or exception
   }
 }
+
+namespace {
+
+// Where a recording a point waits for goes: after the others a point waits for.
+template <class Queue>
+auto first_prefetch(Queue& q, int64_t now) {
+  return std::find_if(q.begin(), q.end(), [&](const auto& j) { return j.needed_by != now; });
+}
+
+}  // namespace
 
 void RecordingCache::enqueue(Job job) {
   {
     std::lock_guard<std::mutex> qlock(queue_mu_);
-    queue_.push_back(std::move(job));
+    queue_.insert(job.needed_by == kNow ? first_prefetch(queue_, kNow) : queue_.end(), std::move(job));
   }
-  queue_cv_.notify_one();
+  queue_cv_.notify_all();
+}
+
+void RecordingCache::promote(const std::string& k) {
+  {
+    std::lock_guard<std::mutex> qlock(queue_mu_);
+    const auto at = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return j.key == k; });
+    if (at == queue_.end() || at->needed_by == kNow) return;
+    Job job = std::move(*at);
+    queue_.erase(at);
+    job.needed_by = kNow;
+    queue_.insert(first_prefetch(queue_, kNow), std::move(job));
+  }
+  queue_cv_.notify_all();
+}
+
+void RecordingCache::begin_points(int64_t lookahead) {
+  std::lock_guard<std::mutex> qlock(queue_mu_);
+  lookahead_ = lookahead;
+  evaluating_ = 0;
+  evaluating_by_thread_.clear();
+}
+
+void RecordingCache::end_points() {
+  {
+    std::lock_guard<std::mutex> qlock(queue_mu_);
+    lookahead_ = 0;
+    evaluating_by_thread_.clear();
+  }
+  prefetch_point_ = kNow;
+  queue_cv_.notify_all();
+}
+
+void RecordingCache::evaluating(int64_t k) {
+  this_point = k;
+  int64_t slowest = k, window = 0;
+  {
+    std::lock_guard<std::mutex> qlock(queue_mu_);
+    evaluating_by_thread_[std::this_thread::get_id()] = k;
+    for (const auto& [thread, point] : evaluating_by_thread_) slowest = std::min(slowest, point);
+    evaluating_ = std::max(evaluating_, k);
+    window = lookahead_;
+  }
+  queue_cv_.notify_all();
+  if (window <= 0) return;
+  std::vector<ProbeFuture> gone;  // destroyed unlocked, as in Probes::release
+  std::lock_guard<std::mutex> lock(probes_->mu);
+  for (auto it = probes_->pinned.begin(); it != probes_->pinned.end();) {
+    if (it->second >= slowest - window) {
+      ++it;
+      continue;
+    }
+    if (!probes_->prefetched.count(it->first))
+      if (auto e = probes_->entries.find(it->first); e != probes_->entries.end()) {
+        gone.push_back(std::move(e->second));
+        probes_->entries.erase(e);
+      }
+    it = probes_->pinned.erase(it);
+  }
 }
 
 std::shared_ptr<const RecordedStep> RecordingCache::get(const JobConfig& cfg) { return request(cfg).get(); }
 
 template <class T, class Make>
-std::shared_future<std::shared_ptr<const T>> RecordingCache::record_later(Make make) {
+std::shared_future<std::shared_ptr<const T>> RecordingCache::record_later(Make make, int64_t needed_by, std::string key) {
   auto promise = std::make_shared<std::promise<std::shared_ptr<const T>>>();
   auto fut = promise->get_future().share();
-  enqueue([this, promise, make](Recorder& recorder) {
+  Job job;
+  job.needed_by = needed_by;
+  job.key = std::move(key);
+  job.run = [this, promise, make](Recorder& recorder) {
     // Counted before the promise is kept: whoever waited on it sees the recording counted.
     const auto t0 = std::chrono::steady_clock::now();
     auto counted = [&] {
@@ -153,16 +233,22 @@ std::shared_future<std::shared_ptr<const T>> RecordingCache::record_later(Make m
       counted();
       promise->set_exception(std::current_exception());
     }
-  });
+  };
+  enqueue(std::move(job));
   return fut;
 }
 
-std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg) {
+std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request_recorded(const JobConfig& cfg,
+                                                                                         bool prefetch) {
   const std::string k = key(cfg);
   std::lock_guard<std::mutex> lock(map_mu_);
   auto it = entries_.find(k);
-  if (it != entries_.end()) return it->second;
-  auto fut = record_later<RecordedStep>([cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); });
+  if (it != entries_.end()) {
+    if (!prefetch) promote(k);
+    return it->second;
+  }
+  auto fut = record_later<RecordedStep>([cfg](Recorder& r) { return std::make_shared<const RecordedStep>(r.record(cfg)); },
+                                        needed_by(prefetch), k);
   entries_.emplace(k, fut);
   return fut;
 }
@@ -190,7 +276,8 @@ RecordingCache::ProbeHold::~ProbeHold() {
 
 RecordingCache::Hold RecordingCache::note_use(const std::string& k, bool prefetch) {
   if (!prefetch) {
-    probes_->pinned.insert(k);
+    int64_t& last = probes_->pinned[k];
+    last = std::max(last, this_point);
     return nullptr;
   }
   ++probes_->prefetched[k];
@@ -203,6 +290,15 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
     std::lock_guard<std::mutex> lock(probes_->mu);
     if (auto it = probes_->entries.find(k); it != probes_->entries.end()) {
       *hold = note_use(k, prefetch);
+      if (!prefetch) {
+        // A derived probe waits on its dp_replicate 2 probe's recording.
+        promote(k);
+        try {
+          if (derive_replicas && replica_derivable(cfg)) promote(probe_key(with_two_replicas(cfg)));
+        } catch (const std::exception&) {
+          // not derived: nothing else to wait for
+        }
+      }
       return it->second;
     }
   }
@@ -224,12 +320,12 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
   std::lock_guard<std::mutex> lock(probes_->mu);
   *hold = note_use(k, prefetch);
   if (auto it = probes_->entries.find(k); it != probes_->entries.end()) return it->second;  // from_hold goes unused
-  if (!from) return probes_->entries.emplace(k, record_later<ProbeRecording>(record)).first->second;
+  if (!from) return probes_->entries.emplace(k, record_later<ProbeRecording>(record, needed_by(prefetch), k)).first->second;
   // Derived by whoever waits on it first; recorded after all if the dp_replicate 2 layout
   // fails (a config error: cfg's own recording reports its own) or cannot be derived from.
   // The lambda lives as long as this entry does: it lets go of the dp_replicate 2 probe, and
   // of its use, once the derivation is done.
-  auto derive = [this, cfg, record, from = *from, from_hold]() mutable -> std::shared_ptr<const ProbeRecording> {
+  auto derive = [this, cfg, k, record, from = *from, from_hold]() mutable -> std::shared_ptr<const ProbeRecording> {
     ProbeFuture src = std::move(from);
     Hold used = std::move(from_hold);
     try {
@@ -244,7 +340,7 @@ RecordingCache::ProbeFuture RecordingCache::request_probe(const JobConfig& cfg, 
       }
     }
     src = {}, used.reset();
-    return record_later<ProbeRecording>(record).get();  // held by this probe's entry alone
+    return record_later<ProbeRecording>(record, kNow, k).get();  // held by this probe's entry alone
   };
   ProbeFuture fut = std::async(std::launch::deferred, std::move(derive)).share();
   probes_->entries.emplace(k, fut);
@@ -259,7 +355,7 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
   } catch (const std::exception&) {
     // degrees that do not resolve: the recording reports the error
   }
-  if (!resizable) return request_recorded(cfg);
+  if (!resizable) return request_recorded(cfg, !counted);
   Hold hold;  // a prefetch's use of the probe, released once it is resized
   ProbeFuture probe = request_probe(cfg, probe_key(cfg), !counted, &hold);
   return std::async(std::launch::deferred, [this, probe, cfg, hold]() mutable -> std::shared_ptr<const RecordedStep> {
@@ -287,7 +383,7 @@ std::shared_future<std::shared_ptr<const RecordedStep>> RecordingCache::request(
              std::lock_guard<std::mutex> lock(why_mu_);
              if (first_not_resized_.empty()) first_not_resized_ = why;
            }
-           return request_recorded(cfg).get();
+           return request_recorded(cfg, /*prefetch=*/false).get();
          })
       .share();
 }

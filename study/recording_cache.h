@@ -15,7 +15,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -73,6 +72,20 @@ class RecordingCache {
   // (a replay, and a recording unless another point asked for it first).
   std::atomic<int64_t> failed_fits{0};
 
+  // Points evaluated in a known order, each after its prefetches were queued (a study's
+  // search): the recorders then record at most `lookahead` points ahead of the slowest thread,
+  // and a recording a point looked up (a deeper layer sample) is let go once no thread has
+  // looked it up for `lookahead` points (a later lookup records it again). Without it, a
+  // search over every chip count recorded its layouts long before their points came and held
+  // them: launch/bench-study peaked at 600 MB, touched for the first time (a page fault per
+  // 4 KiB, about 10 us each on this project's VMs). Between begin_points and end_points, a
+  // prefetch is for the point named by the last prefetching_for, and a thread evaluates the
+  // point named by its last evaluating.
+  void begin_points(int64_t lookahead);
+  void prefetching_for(int64_t k) { prefetch_point_ = k; }
+  void evaluating(int64_t k);
+  void end_points();  // records freely again (the rest of the queue, then what is asked)
+
   int64_t recordings() const { return recordings_; }  // steps recorded (cache misses)
   size_t probes_held();  // probes the cache still holds (recorded or derived)
   int64_t lookups() const { return lookups_; }
@@ -90,9 +103,19 @@ class RecordingCache {
 
  private:
   void recorder_loop(Recorder& recorder);
-  using Job = std::function<void(Recorder&)>;
+  // A recording to make, the point that needs it first (kNow: a point being evaluated waits
+  // for it) and its entry's key (to move it ahead when a point waits for it early).
+  static constexpr int64_t kNow = -1;
+  struct Job {
+    std::function<void(Recorder&)> run;
+    int64_t needed_by = kNow;
+    std::string key;
+  };
   void enqueue(Job job);
-  std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg);
+  // The queued recording of entry `key`, if any, made next: a point waits for it now.
+  void promote(const std::string& key);
+  int64_t needed_by(bool prefetch) const { return prefetch ? prefetch_point_.load() : kNow; }
+  std::shared_future<std::shared_ptr<const RecordedStep>> request_recorded(const JobConfig& cfg, bool prefetch);
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   static std::string probe_key(const JobConfig& cfg);  // every degree of a layout: its key at degree 2
   // The probes, by the key of the layout at degree 2, and who holds each entry: prefetches not
@@ -104,7 +127,7 @@ class RecordingCache {
     std::mutex mu;
     std::map<std::string, ProbeFuture> entries;
     std::map<std::string, int64_t> prefetched;
-    std::set<std::string> pinned;
+    std::map<std::string, int64_t> pinned;  // key -> the last point that looked it up
     void release(const std::string& key);  // one prefetched use done
   };
   // One prefetched use of a probe, released when dropped: after the resize (or derivation) it
@@ -127,7 +150,7 @@ class RecordingCache {
   Hold note_use(const std::string& k, bool prefetch);
   // What a recorder will make with make(recorder), queued.
   template <class T, class Make>
-  std::shared_future<std::shared_ptr<const T>> record_later(Make make);
+  std::shared_future<std::shared_ptr<const T>> record_later(Make make, int64_t needed_by, std::string key);
 
   // Resized steps no longer held, kept for the next resize to assign into (a fresh copy
   // of a recording is thousands of small allocations, and as many frees), each with what it
@@ -160,7 +183,11 @@ class RecordingCache {
   // The recorders' queue: what to record.
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<Job> queue_;
+  std::deque<Job> queue_;  // by needed_by, kNow first
+  int64_t lookahead_ = 0;   // 0: no bound (outside begin_points .. end_points)
+  int64_t evaluating_ = 0;  // the latest point whose evaluation started
+  std::map<std::thread::id, int64_t> evaluating_by_thread_;  // each thread's point
+  std::atomic<int64_t> prefetch_point_{kNow};
   bool stop_ = false;
   std::vector<std::unique_ptr<Recorder>> recorders_;
   bool in_processes_ = false;
