@@ -119,10 +119,11 @@ class RecordingCache {
   using ProbeFuture = std::shared_future<std::shared_ptr<const ProbeRecording>>;
   static std::string probe_key(const JobConfig& cfg);  // every degree of a layout: its key at degree 2
   // The probes, by the key of the layout at degree 2, and who holds each entry: prefetches not
-  // yet resized (counted; at zero the entry goes) and lookups (kept for good: a lookup is a
+  // yet resized (counted; at zero the entry goes) and lookups (kept, since a lookup is a
   // deeper layer sample or a point not prefetched, which the layout's other points are likely
-  // to ask for too). Shared with the holds requests keep, so that a hold dropped after the
-  // cache finds nothing to release.
+  // to ask for too: for good, or between begin_points and end_points until no point has looked
+  // it up for the lookahead). Shared with the holds requests keep, so that a hold dropped after
+  // the cache finds nothing to release.
   struct Probes {
     std::mutex mu;
     std::map<std::string, ProbeFuture> entries;
