@@ -133,20 +133,14 @@ void RecordingCache::recorder_loop(Recorder& recorder) {
   }
 }
 
-namespace {
-
-// Where a recording a point waits for goes: after the others a point waits for.
-template <class Queue>
-auto first_prefetch(Queue& q, int64_t now) {
-  return std::find_if(q.begin(), q.end(), [&](const auto& j) { return j.needed_by != now; });
+std::deque<RecordingCache::Job>::iterator RecordingCache::first_prefetch() {
+  return std::find_if(queue_.begin(), queue_.end(), [](const Job& j) { return j.needed_by != kNow; });
 }
-
-}  // namespace
 
 void RecordingCache::enqueue(Job job) {
   {
     std::lock_guard<std::mutex> qlock(queue_mu_);
-    queue_.insert(job.needed_by == kNow ? first_prefetch(queue_, kNow) : queue_.end(), std::move(job));
+    queue_.insert(job.needed_by == kNow ? first_prefetch() : queue_.end(), std::move(job));
   }
   queue_cv_.notify_all();
 }
@@ -159,7 +153,7 @@ void RecordingCache::promote(const std::string& k) {
     Job job = std::move(*at);
     queue_.erase(at);
     job.needed_by = kNow;
-    queue_.insert(first_prefetch(queue_, kNow), std::move(job));
+    queue_.insert(first_prefetch(), std::move(job));
   }
   queue_cv_.notify_all();
 }

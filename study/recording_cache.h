@@ -112,6 +112,8 @@ class RecordingCache {
     std::string key;
   };
   void enqueue(Job job);
+  // Under queue_mu_: where a recording a point waits for goes, after the others a point waits for.
+  std::deque<Job>::iterator first_prefetch();
   // The queued recording of entry `key`, if any, made next: a point waits for it now.
   void promote(const std::string& key);
   int64_t needed_by(bool prefetch) const { return prefetch ? prefetch_point_.load() : kNow; }
