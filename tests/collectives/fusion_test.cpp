@@ -4,6 +4,7 @@
 #include "collectives/fusion.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(PlanBuckets, FillsUpToCapAndKeepsOrder) {
@@ -28,4 +29,5 @@ TEST(PlanBuckets, SeparatesDtypesInFirstAppearanceOrder) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

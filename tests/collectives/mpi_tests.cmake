@@ -6,7 +6,7 @@ set(_coll ${CMAKE_CURRENT_LIST_DIR})
 # One binary: the op tests and main, all_to_all_single, fused mode's asynchrony.
 add_executable(collectives_multirank ${_coll}/collectives_multirank.cpp
                ${_coll}/all_to_all_multirank.cpp ${_coll}/fused_async_multirank.cpp)
-# File by file, as the unit tests (tests/CMakeLists.txt): each source stands on its includes.
+# File by file (three sources, each standing on its own includes).
 set_target_properties(collectives_multirank PROPERTIES UNITY_BUILD OFF)
 titan_torch_target(collectives_multirank)
 target_link_libraries(collectives_multirank PRIVATE titan_collectives GTest::gtest)

@@ -7,6 +7,7 @@
 #include "common/error.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<const void*> ptrs(const std::vector<at::Tensor>& ts) {
@@ -58,4 +59,5 @@ TEST(ReduceOrdered, RejectsBool) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -10,6 +10,7 @@
 #include "collectives/world.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(SimAllToAll, UnevenSplitsOnMetaAreRecordedWithTheirBytes) {
@@ -41,4 +42,5 @@ TEST(SimAllToAll, UnevenSplitsOnMetaAreRecordedWithTheirBytes) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -8,6 +8,7 @@
 #include "collectives/watchdog.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 OpInfo group_g() {
@@ -64,4 +65,5 @@ TEST(WatchdogDeathTest, ScopesWatchInitOps) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

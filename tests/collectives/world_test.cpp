@@ -17,6 +17,7 @@
 #include "tests/error_of.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 class SingleProcess : public ::testing::TestWithParam<std::string> {};
@@ -231,4 +232,5 @@ TEST(GlooRendezvous, RankZeroNamesABusyPort) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

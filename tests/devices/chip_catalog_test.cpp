@@ -8,6 +8,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(ChipCatalog, HasEveryChipOfHardwareMd) {
@@ -115,4 +116,5 @@ TEST(ChipCatalog, CalibrationErrorsNameTheProblem) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -12,6 +12,7 @@
 #include "tests/error_of.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string write_file(const std::string& name, const std::string& text) {
@@ -198,4 +199,5 @@ TEST(ChipFile, ChipDirFollowsTheEnvironment) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 constexpr double V = 1e9;  // bytes
@@ -144,4 +145,5 @@ TEST(CollectiveCost, ParseNames) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<MeshDim> mesh(int64_t dp_shard, int64_t tp) {
@@ -188,4 +189,5 @@ TEST(CollectiveMatmul, PartnersAreTheMatmulRunsNextToTheCollective) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(ComputeCost, LargeGemmNearEightyPercent) {
@@ -198,4 +199,5 @@ TEST(ComputeCost, ParseExecution) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

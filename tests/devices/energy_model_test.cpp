@@ -7,6 +7,7 @@
 #include "tests/error_of.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 ChipSpec chip_700w() {
@@ -68,4 +69,5 @@ TEST(EnergyModel, CatalogPowerFiguresHaveSources) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "devices/placement.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 constexpr double V = 1e9;
@@ -87,4 +88,5 @@ TEST(ExpertGroups, AllToAllOnNeuronLink) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(ExposedByKind, ReplaySplitEqualsTheSplitOfItsEvents) {
@@ -61,4 +62,5 @@ TEST(ExposedByKind, SharesStretchesAmongRunningCollectives) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 CpuCalibration calibration() {
@@ -130,4 +131,5 @@ TEST(FusedOps, CalibrationFileReadsKernelRatesAndNamesBadOnes) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -5,6 +5,7 @@
 #include "devices/step_simulator.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 constexpr int64_t kMB = 1000 * 1000;
@@ -72,4 +73,5 @@ TEST(FusionFlow, CompiledEpilogueReadsTheMatmulFromItsAccumulators) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include "devices/compute_cost.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // Device time of ops lowered as they run (kernel time plus each kernel's launch gap).
@@ -92,4 +93,5 @@ TEST(GroupedMatmulCost, FewRowsPerExpertAreBoundByReadingTheWeights) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

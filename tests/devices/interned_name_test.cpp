@@ -9,6 +9,7 @@
 #include <vector>
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(InternedName, EqualNamesShareOneString) {
@@ -48,4 +49,5 @@ TEST(InternedName, ThreadsInterningTheSameNamesGetTheSameStrings) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "devices/compute_cost.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(KernelShape, KnownMatmulTimes) {
@@ -95,4 +96,5 @@ TEST(KernelShape, CommunicationTakesSmsOnGpusAndHbmEverywhere) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

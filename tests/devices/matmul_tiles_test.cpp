@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(MatmulTiles, PaddedWorkCountsPartialTilesFull) {
@@ -37,4 +38,5 @@ TEST(MatmulTiles, WaveFillSplitsKOnlyWhenTilesAreTooFew) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

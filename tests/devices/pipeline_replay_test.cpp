@@ -6,6 +6,7 @@
 #include "devices/pipeline_replay.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 PipeStep compute(double d, std::vector<int64_t> needs = {}) {
@@ -94,4 +95,5 @@ TEST(PipelineReplay, PostedSendsDoNotWaitBehindEarlierReceives) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "devices/collective_cost.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<MeshDim> mesh(int64_t dp_shard, int64_t tp) {
@@ -140,4 +141,5 @@ TEST(Placement, UnknownGroupListsMeshDims) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -11,6 +11,7 @@
 #include "devices/chip_file.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(RunModel, YoungAndDalyIntervalsByHand) {
@@ -229,4 +230,5 @@ TEST(RunModel, GoodputFallsWithChipCountOnCatalogChips) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

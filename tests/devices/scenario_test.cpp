@@ -7,6 +7,7 @@
 #include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::SyntheticStep;
@@ -71,4 +72,5 @@ TEST(Scenario, FusedBeatsSeparateAndDeferBeatsEager) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include "devices/timeline.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TimelineTask comm_task(int stream, double seconds, std::vector<int> links) {
@@ -114,4 +115,5 @@ TEST(SharedLinks, FsdpGatherAndReduceScatterShareTheirAxes) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -9,6 +9,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<MeshDim> mesh(int64_t dp_shard, int64_t tp) {
@@ -227,4 +228,5 @@ TEST(StepSimulator, Errors) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

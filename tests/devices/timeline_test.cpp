@@ -6,6 +6,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TimelineTask task(int stream, double d, std::vector<int64_t> deps = {}, std::string cat = "c") {
@@ -77,4 +78,5 @@ TEST(Timeline, StreamsAreInOrder) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -10,6 +10,7 @@
 #include "tests/error_of.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string error_of(const ChipSpec& c, int64_t n, const std::string& shape) {
@@ -162,4 +163,5 @@ TEST(Topology, SliceShapesAreEveryValidFactorisationInOrder) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

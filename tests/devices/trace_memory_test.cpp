@@ -9,6 +9,7 @@
 #include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // An op reading and writing storages by id (bytes per use: the storage's size).
@@ -319,4 +320,5 @@ TEST(Qwen3Dims, ParameterCount) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

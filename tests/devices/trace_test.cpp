@@ -12,6 +12,7 @@
 #include "common/error.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 OpDesc op(std::vector<TensorUse> reads, std::vector<TensorUse> writes, OpKind kind = OpKind::kElementwise) {
@@ -155,4 +156,5 @@ TEST(Trace, TakeEventsHandsOverTheEventsAndKeepsTheStorages) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

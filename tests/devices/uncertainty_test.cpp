@@ -8,6 +8,7 @@
 #include "devices/step_simulator.h"
 
 namespace titan::devices {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<MeshDim> fsdp(int64_t n) {
@@ -158,4 +159,5 @@ TEST(Uncertainty, HiddenCommunicationIsNotListed) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::devices

@@ -8,6 +8,7 @@
 #include "parallel/parallel_dims.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string config_error_of(ParallelDims d) {
@@ -61,4 +62,5 @@ TEST(DeviceMesh, OneProcessMeshHasEveryGroup) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

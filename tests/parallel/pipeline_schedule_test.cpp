@@ -13,6 +13,7 @@
 #include "parallel/pipeline_schedule.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using devices::P2PMode;
@@ -235,4 +236,5 @@ TEST(PipelineSchedule, PrintsATimeline) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

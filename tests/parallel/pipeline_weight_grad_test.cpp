@@ -8,6 +8,7 @@
 #include "parallel/pipeline_weight_grad.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(PipelineWeightGrad, DeferredUntilWAndEqualToAutograd) {
@@ -84,4 +85,5 @@ TEST(PipelineWeightGrad, WHoldsOneWeightGradientAtATime) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

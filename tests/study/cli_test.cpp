@@ -17,6 +17,7 @@
 #include "study_fixture.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string read(const std::string& path) {
@@ -157,4 +158,5 @@ TEST(StudyCli, BadSweepValuesAndOutputFolderFailAtStart) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -8,6 +8,7 @@
 #include "study/layout_search.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // One candidate per family: pp 1, no replication, one batch / AC / collective mode.
@@ -70,4 +71,5 @@ TEST(StudySearch, ExpertTensorParallelChoices) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

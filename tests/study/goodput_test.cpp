@@ -14,6 +14,7 @@
 #include "tests/error_of.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::tiny_config;
@@ -115,4 +116,5 @@ TEST(Goodput, BadSettingsAndPriceKindsAreErrors) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -15,6 +15,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::tiny_config;
@@ -225,4 +226,5 @@ TEST(LayerExtrapolation, PrefetchPlansTheSamplesItQueues) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

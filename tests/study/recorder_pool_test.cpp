@@ -18,6 +18,7 @@
 #include "trainer/simulate/recording_wire_format.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::expect_same_step;
@@ -264,4 +265,5 @@ TEST(RecorderPool, RecorderProcessRecordsWhatThisProcessRecords) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

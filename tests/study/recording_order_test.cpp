@@ -14,6 +14,7 @@
 #include "study_fixture.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::tiny_config;
@@ -107,4 +108,5 @@ TEST(RecordingOrder, ALookupIsLetGoOnceNoPointAskedForItWithinTheLookahead) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -27,6 +27,7 @@
 #include "trainer/simulate/shard_sizes.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::expect_same_step;
@@ -294,5 +295,6 @@ TEST(ReplicaDerivation, RefusesWaitsOfAnotherShape) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study
 

@@ -11,6 +11,7 @@
 #include "study_fixture.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::small_hbm_chip_file;
@@ -149,4 +150,5 @@ TEST(StudySearch, OpLevelCheckpointingIsAChoiceOfItsOwn) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -17,6 +17,7 @@
 #include "trainer/simulate/shard_resize.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::expect_same_step;
@@ -297,4 +298,5 @@ TEST(ShardResize, OnlyLayoutsWithAShardDegreeThatFollowsTheBatch) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -15,6 +15,7 @@
 #include "study_fixture.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using testing::tiny_config;
@@ -139,4 +140,5 @@ TEST(StudySweep, BadKeyOrValueIsAnInvalidPointNamingIt) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -17,6 +17,7 @@
 #include "trainer/simulate/chrome_trace.h"
 
 namespace titan::study {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(StudyTrace, ChromeTraceParsesWithExpectedTracks) {
@@ -120,4 +121,5 @@ TEST(StudyTrace, PipelineTraceHasRanksActionsAndBubbles) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan::study

@@ -19,6 +19,7 @@
 #include "trainer/checkpoint/step_folders.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 namespace fs = std::filesystem;
 
@@ -173,4 +174,5 @@ TEST(CheckpointDamage, CompleteMarkerErrorsNameTheKey) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -15,6 +15,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 namespace fs = std::filesystem;
 
@@ -111,4 +112,5 @@ TEST(Checkpoint, AnotherModelIsAConfigError) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

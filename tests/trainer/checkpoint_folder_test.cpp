@@ -14,6 +14,7 @@
 #include "trainer/checkpoint/step_folders.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 namespace fs = std::filesystem;
 
@@ -217,4 +218,5 @@ TEST(CheckpointFolder, ASecondJobOnTheSameFolderIsRefused) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -18,6 +18,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(Checkpoint, HuggingFaceExportImportRoundTripIsExact) {
@@ -122,4 +123,5 @@ TEST(Checkpoint, PyTorchReferenceComputesTheSameLossOnExportedWeights) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -20,6 +20,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 namespace fs = std::filesystem;
 
@@ -216,4 +217,5 @@ TEST(Checkpoint, AsyncSaveWritesTheStateOfItsStep) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

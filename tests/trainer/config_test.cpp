@@ -10,6 +10,7 @@
 #include "trainer/config/config_loader.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string config_error(const std::string& toml, const std::vector<std::string>& overrides = {}) {
@@ -271,4 +272,5 @@ TEST(Config, MissingFileIsNamed) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

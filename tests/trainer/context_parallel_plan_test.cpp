@@ -14,6 +14,7 @@
 #include "trainer/step/parallelize.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig debug_config(int64_t seq_len) {
@@ -87,4 +88,5 @@ TEST(ContextParallelPlan, BadInputNamesTheKeys) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

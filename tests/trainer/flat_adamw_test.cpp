@@ -11,6 +11,7 @@
 #include "trainer/model/kernels/simd.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::vector<NamedParam> make_params(torch::ScalarType dt, const std::vector<std::vector<int64_t>>& shapes) {
@@ -137,4 +138,5 @@ TEST(FlatAdamW, MetaParametersKeepPerTensorOps) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -18,6 +18,7 @@
 #include "trainer/model/model.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 torch::Tensor composite_rms(const torch::Tensor& x, const torch::Tensor& w, double eps) {
@@ -160,4 +161,5 @@ TEST(FusedKernels, BadInputIsAClearError) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -16,6 +16,7 @@
 #include "trainer/model/kernels/thread_choice.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(FusedKernels, LinearMatchesMatmul) {
@@ -149,4 +150,5 @@ TEST(FusedKernels, LinearsStackedInOneBufferTakeOneForwardProduct) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -14,6 +14,7 @@
 #include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // Names of the autograd nodes behind `t` (each node once).
@@ -79,4 +80,5 @@ TEST(FusedKernels, MetaTensorsTakeTheCompositePath) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -13,6 +13,7 @@
 #include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 const auto kMeta = torch::TensorOptions().device(torch::kMeta);
@@ -256,4 +257,5 @@ TEST(FusedRecording, OptimizerIsOneFlatPassForFloatParametersOnly) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

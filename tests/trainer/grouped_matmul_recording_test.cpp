@@ -11,6 +11,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // Qwen3-30B-A3B's shapes (dim 2048, 128 experts, expert ffn 768, top 8; 8192 tokens per chip)
@@ -117,4 +118,5 @@ TEST(GroupedMatmul, CpuGroupedAndLoopAgree) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

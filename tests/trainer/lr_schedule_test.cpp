@@ -6,6 +6,7 @@
 #include "trainer/components/optimizer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(LrSchedule, WarmupThenLinearDecayToMin) {
@@ -55,4 +56,5 @@ TEST(Clip, ScalesToMaxNormLikeTorch) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -14,6 +14,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig debug_config(std::vector<std::string> extra) {
@@ -186,4 +187,5 @@ TEST(MemoryLimits, SimulatedChipsAreBounded) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

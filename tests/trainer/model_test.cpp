@@ -10,6 +10,7 @@
 #include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -232,4 +233,5 @@ TEST(Model, InitIsDeterministicPerName) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

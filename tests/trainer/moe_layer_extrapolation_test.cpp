@@ -15,6 +15,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig moe_pp2(bool extrapolate, std::vector<std::string> extra = {}) {
@@ -94,4 +95,5 @@ TEST(MoeLayerExtrapolation, DeeperSamplesReuseReplayedDepthsAndEqualFullDepth) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

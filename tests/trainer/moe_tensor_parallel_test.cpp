@@ -9,6 +9,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig debug_moe_tp(const std::vector<std::string>& extra) {
@@ -78,4 +79,5 @@ TEST(MoeSimulate, ExpertTensorParallelSplitsTheExpertsAndIssuesTheirTpCollective
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -18,6 +18,7 @@
 #include "trainer/simulate/simulate_pipeline.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // `f` throws an error whose message holds `needle`.
@@ -310,4 +311,5 @@ TEST(MoeSimulate, DebugMoeExpertParallelInsidePipelineStages) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -8,6 +8,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig huge_lr(bool skip) {
@@ -57,4 +58,5 @@ TEST(NonFinite, SkipsAndCountsWhenAsked) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

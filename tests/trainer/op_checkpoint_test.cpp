@@ -22,6 +22,7 @@
 #include "tests/trainer/tiny_model_args.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 enum class Ac { kNone, kOp, kFull };
@@ -286,4 +287,5 @@ TEST(OpCheckpoint, RecomputeThatDiffersFromItsForwardIsAnError) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

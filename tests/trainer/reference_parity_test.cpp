@@ -22,6 +22,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 void run_parity(ModelArgs a, const std::string& tag, bool fused = false) {
@@ -179,4 +180,5 @@ TEST(ReferenceParity, Qwen3MoeExpertBiasAndUpdate) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -19,6 +19,7 @@
 #include "trainer/simulate/trace_recorder.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 using T = RematTensor;
@@ -212,4 +213,5 @@ TEST(RematPolicy, RefusalNamesAPolicyThatFits) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -14,6 +14,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // A 2-layer model wide enough that its matmuls, not the host, set the pace on an H100.
@@ -113,4 +114,5 @@ TEST(SimulateAsyncTp, KeyIsTitansOwn) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

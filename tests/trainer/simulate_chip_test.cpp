@@ -9,6 +9,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // A narrow Qwen3 (2 layers, dim 512, 4096-token sequences) on 8 simulated chips.
@@ -83,4 +84,5 @@ TEST(SimulateChip, MaterialisedAttentionCostsScoresOpByOp) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

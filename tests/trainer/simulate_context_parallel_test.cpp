@@ -12,6 +12,7 @@
 #include "trainer/simulate/simulate.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 constexpr int64_t kLayers = 4, kSeq = 1024, kCp = 4;
@@ -113,4 +114,5 @@ TEST(SimulateContextParallel, FusedRingOverlapsTransfersWithAttention) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -16,6 +16,7 @@
 #include "trainer/step/trainer.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 JobConfig memory_config(std::vector<std::string> extra) {
@@ -172,4 +173,5 @@ TEST(SimulateMemory, CpuDevicePredictsTheRealStepsTensorPeak) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

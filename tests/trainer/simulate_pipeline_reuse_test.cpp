@@ -12,6 +12,7 @@
 #include "trainer/step/pipeline_model.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // A tiny Qwen3 with 18 layers over 8 pipeline ranks x dp_shard 2 (16 chips): with the
@@ -152,4 +153,5 @@ TEST(SimulatePipelineReuse, ReusedRanksMatchRecordingEveryRank) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -11,6 +11,7 @@
 #include "trainer/simulate/simulate_pipeline.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // A small Qwen3 (8 layers, 2 per stage: the embedding and output not counted as layers) on 16
@@ -290,4 +291,5 @@ TEST(SimulatePipeline, MemoryDoesNotGrowWithMicrobatchesUnder1F1B) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -17,6 +17,7 @@
 #include "trainer/simulate/trace_recorder.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 // A narrow Qwen3 (4 layers, dim 512) on simulated chips; small enough to record in a blink.
@@ -280,4 +281,5 @@ TEST(Simulate, BadInputIsAClearConfigError) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

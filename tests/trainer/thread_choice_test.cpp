@@ -10,6 +10,7 @@
 #include "trainer/model/model.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(ThreadChoice, KeepsTheFasterVariant) {
@@ -143,4 +144,5 @@ TEST(ThreadChoice, DoesNotChangeResults) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

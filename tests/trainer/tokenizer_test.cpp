@@ -16,6 +16,7 @@
 
 #include "tests/error_of.h"
 
+namespace TITAN_UNIT_ID {
 namespace {
 
 namespace fs = std::filesystem;
@@ -334,3 +335,4 @@ TEST(Corpus, ShippedCorpusIsOneToThreeMegabytesAndTokenizes) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID

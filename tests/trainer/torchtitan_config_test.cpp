@@ -6,6 +6,7 @@
 #include "trainer/config/config_loader.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 std::string data_file(const std::string& name) {
@@ -115,4 +116,5 @@ TEST(TorchTitanConfig, UnknownKeysStayErrors) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

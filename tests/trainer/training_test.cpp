@@ -7,6 +7,7 @@
 #include "trainer/train.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(Training, DebugModelLossFallsWithin50Steps) {
@@ -52,4 +53,5 @@ TEST(Training, GradientAccumulationMatchesOneBigBatch) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan

@@ -7,6 +7,7 @@
 #include "trainer/config/resolve_model.h"
 
 namespace titan {
+namespace TITAN_UNIT_ID {
 namespace {
 
 TEST(VocabPadding, TokenizerVocabRoundsUpToTpTimesDivisor) {
@@ -37,4 +38,5 @@ TEST(VocabPadding, FlavorVocabIsNotPadded) {
 }
 
 }  // namespace
+}  // namespace TITAN_UNIT_ID
 }  // namespace titan
