@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "bench/bench_options.h"
 #include "devices/fused_ops.h"
 #include "trainer/components/flat_kernels.h"
 #include "trainer/model/kernels/attention_kernel.h"
@@ -188,9 +189,22 @@ int main(int argc, char** argv) {
   // As titan-train does by default: the host's cores divided among the ranks on it
   // (--threads N: as a run with --training.threads N).
   int threads = std::max(1, cores / size);
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--out") out = argv[i + 1];
-    if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
+  // Every rank parses the same arguments, so every rank stops alike on a bad one.
+  try {
+    for (int i = 1; i < argc; i += 2) {
+      const std::string key = argv[i];
+      if (key != "--out" && key != "--threads")
+        throw titan::bench::BenchUsageError("unknown option \"" + key + "\"");
+      if (i + 1 >= argc) throw titan::bench::BenchUsageError(key + " needs a value");
+      if (key == "--out") out = argv[i + 1];
+      else threads = static_cast<int>(titan::bench::parse_whole(key, argv[i + 1], 1, 1024));
+    }
+  } catch (const titan::bench::BenchUsageError& e) {
+    if (rank == 0)
+      std::fprintf(stderr, "calibrate_cpu: %s\nusage: calibrate_cpu [--out FILE] [--threads N]\n",
+                   e.what());
+    MPI_Finalize();
+    return 2;
   }
   torch::set_num_threads(threads);
   torch::NoGradGuard no_grad;

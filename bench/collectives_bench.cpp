@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include "bench/bench_options.h"
 #include "collectives/mpi_runtime.h"
 #include "collectives/world.h"
 
@@ -31,21 +32,39 @@ struct Args {
   int rounds = 15;        // alternating rounds per measurement; each contender keeps its best
 };
 
+constexpr const char* kUsage =
+    "usage: mpirun -np N bench_collectives [--backends=mpi,gloo] [--max-mib=64] [--seconds=0.3] "
+    "[--rounds=15]";
+
+// Every rank parses the same arguments, so every rank stops alike on a bad one.
 Args parse(int argc, char** argv) {
+  using titan::bench::BenchUsageError;
   Args a;
   for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--backends=", 0) == 0) {
+    const std::string s = argv[i];
+    const size_t eq = s.find('=');
+    const std::string key = s.substr(0, eq);
+    if (eq == std::string::npos)
+      throw BenchUsageError("unknown option \"" + s + "\" (options take --key=value)");
+    const std::string value = s.substr(eq + 1);
+    if (key == "--backends") {
       a.backends.clear();
-      std::stringstream ss(s.substr(11));
+      std::stringstream ss(value);
       std::string b;
-      while (std::getline(ss, b, ',')) a.backends.push_back(b);
-    } else if (s.rfind("--max-mib=", 0) == 0) {
-      a.max_bytes = std::stoll(s.substr(10)) << 20;
-    } else if (s.rfind("--seconds=", 0) == 0) {
-      a.seconds = std::stod(s.substr(10));
-    } else if (s.rfind("--rounds=", 0) == 0) {
-      a.rounds = std::max(1, std::stoi(s.substr(9)));
+      while (std::getline(ss, b, ',')) {
+        if (b != "mpi" && b != "gloo")
+          throw BenchUsageError("--backends: expected mpi and/or gloo, got \"" + b + "\"");
+        a.backends.push_back(b);
+      }
+      if (a.backends.empty()) throw BenchUsageError("--backends needs at least one of mpi, gloo");
+    } else if (key == "--max-mib") {
+      a.max_bytes = int64_t{titan::bench::parse_whole(key, value, 1, 4096)} << 20;
+    } else if (key == "--seconds") {
+      a.seconds = titan::bench::parse_positive(key, value);
+    } else if (key == "--rounds") {
+      a.rounds = static_cast<int>(titan::bench::parse_whole(key, value, 1, 10000));
+    } else {
+      throw BenchUsageError("unknown option \"" + s + "\"");
     }
   }
   return a;
@@ -92,7 +111,19 @@ std::string human(int64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = parse(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    }
+  }
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const titan::bench::BenchUsageError& e) {
+    std::fprintf(stderr, "bench_collectives: %s\n%s\n", e.what(), kUsage);
+    return 2;
+  }
   titan::ensure_mpi_initialized();  // the raw MPI baseline needs MPI whatever the backend
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
