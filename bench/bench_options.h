@@ -18,7 +18,7 @@ struct BenchUsageError : std::runtime_error {
 inline long parse_whole(const std::string& option, const std::string& text, long lo, long hi) {
   char* end = nullptr;
   errno = 0;
-  const long v = text.empty() ? 0 : std::strtol(text.c_str(), &end, 10);
+  const long v = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
     throw BenchUsageError(option + " needs a whole number from " + std::to_string(lo) + " to " +
                           std::to_string(hi) + ", got \"" + text + "\"");
@@ -29,7 +29,7 @@ inline long parse_whole(const std::string& option, const std::string& text, long
 inline double parse_positive(const std::string& option, const std::string& text) {
   char* end = nullptr;
   errno = 0;
-  const double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+  const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || errno == ERANGE || !(v > 0))
     throw BenchUsageError(option + " needs a number above 0, got \"" + text + "\"");
   return v;

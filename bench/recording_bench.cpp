@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_options.h"
 #include "common/error.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/simulate/simulate.h"
@@ -76,13 +77,13 @@ int main(int argc, char** argv) {
       args.emplace_back(argv[i]);
       continue;
     }
-    char* end = nullptr;
-    const long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
-    if (i + 1 >= argc || *end != '\0' || n < 1 || n > 100000) {
-      std::fprintf(stderr, "recording_bench: --rounds needs a whole number from 1 to 100000\n");
+    try {
+      const std::string value = i + 1 < argc ? argv[i + 1] : "";
+      rounds = static_cast<int>(titan::bench::parse_whole("--rounds", value, 1, 100000));
+    } catch (const titan::bench::BenchUsageError& e) {
+      std::fprintf(stderr, "recording_bench: %s\n", e.what());
       return 2;
     }
-    rounds = static_cast<int>(n);
     ++i;
   }
   try {
