@@ -226,7 +226,8 @@ TEST(RecordingWire, DamagedMessagesAreErrors) {
 
 TEST(RecorderPool, RecorderProcessRecordsWhatThisProcessRecords) {
   // Forks only while this process has one thread: first in its test process (ctest runs each
-  // test alone), not after other tests started libtorch's threads.
+  // suite in its own process, and this suite holds this test only), not after other tests
+  // started libtorch's threads.
   std::vector<std::unique_ptr<Recorder>> remote = start_recorder_processes(1);
   if (remote.empty()) GTEST_SKIP() << "this process already runs threads: no recorder process";
   std::unique_ptr<Recorder> local = in_process_recorder();

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp"]
+MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp",
+             "--mca", "pml", "ob1", "--mca", "osc", "^ucx"]
 
 
 class Runner:
