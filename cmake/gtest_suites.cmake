@@ -4,8 +4,9 @@
 # 291 such tests one per process paid about 3 minutes of CPU for it on 2 cores.
 #
 # titan_gtest_suites(<target>): lists the suites when ctest starts (the binary must be built;
-# the list is written again whenever the binary or the writer is newer than it) and adds one ctest test per
-# suite, named after the suite. A suite of one test that skips shows as skipped.
+# the list is written again whenever the binary or the writer is newer than it) and adds one
+# ctest test per suite, named after the suite. A suite of one test that skips shows as skipped.
+# ctest's name for a failing suite names no test: its output (--output-on-failure) does.
 set(TITAN_GTEST_SUITES_WRITER "${CMAKE_CURRENT_LIST_DIR}/gtest_suites_write.cmake")
 
 function(titan_gtest_suites target)

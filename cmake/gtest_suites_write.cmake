@@ -16,8 +16,10 @@ function(titan_write_suite_tests exe out workdir)
   foreach(line IN LISTS lines ITEMS "END.")
     if(line MATCHES "^([^ #][^ ]*)\\.(  #.*)?$")
       if(NOT suite STREQUAL "")
-        string(APPEND content "add_test([=[${suite}]=] \"${exe}\" [=[--gtest_filter=${suite}.*]=])\n"
-               "set_tests_properties([=[${suite}]=] PROPERTIES WORKING_DIRECTORY \"${workdir}\" TIMEOUT 900 LABELS unit")
+        string(APPEND content
+               "add_test([=[${suite}]=] \"${exe}\" [=[--gtest_filter=${suite}.*]=])\n"
+               "set_tests_properties([=[${suite}]=] PROPERTIES WORKING_DIRECTORY \"${workdir}\"\n"
+               "  TIMEOUT 900 LABELS unit")
         if(tests EQUAL 1)
           string(APPEND content " SKIP_REGULAR_EXPRESSION [==[\\[  SKIPPED \\]]==]")
         endif()
