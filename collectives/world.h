@@ -21,7 +21,8 @@ namespace titan {
 //   SLURM_PROCID/NTASKS) or TITAN_RANK / TITAN_WORLD_SIZE; no variables: size 1. Ranks meet
 //   through a file store in options.rendezvous_dir (default /tmp/titan-gloo-<job id>).
 //   TITAN_GLOO_IFNAME (network interface) or TITAN_GLOO_HOST (address to bind) choose the
-//   network; default 127.0.0.1, which only works on one host.
+//   network; default 127.0.0.1, which only works on one host. TITAN_GLOO_DEVICE_NICE (0-19)
+//   lowers gloo's device thread's priority, for more ranks than cores (gloo_backend.cpp).
 class World {
  public:
   explicit World(const CommOptions& options);

@@ -2,9 +2,15 @@
 // computation; run under mpirun with 2 and 4 ranks for each backend (mpi_tests.cmake).
 // all_to_all_single: all_to_all_multirank.cpp; fused mode running asynchronously:
 // fused_async_multirank.cpp. This file holds the binary's main.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <string>
 
 #include "common/error.h"
 #include "tests/collectives/multirank_data.h"
@@ -205,6 +211,25 @@ TEST(Collectives, SubGroupsOfTheWorld) {
   for (int r : members) sum += r;
   EXPECT_TRUE(torch::equal(t, torch::full({4}, sum, torch::kLong)));
   EXPECT_EQ(g->global_ranks(), members);
+}
+
+// TITAN_GLOO_DEVICE_NICE (mpi_tests.cmake passes 19) lowers gloo's device threads, one per
+// World, and no other thread of the rank.
+TEST(Collectives, GlooDeviceThreadsRunAtTheNiceValueAsked) {
+  const char* asked = std::getenv("TITAN_GLOO_DEVICE_NICE");
+  const int want = asked ? std::atoi(asked) : 0;
+  if (titan::testing::backend_flag() != "gloo" || want == 0 || world().size() == 1)
+    GTEST_SKIP() << "gloo with TITAN_GLOO_DEVICE_NICE above 0 only";
+  (void)world("separate");
+  int lowered = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    const auto tid = static_cast<id_t>(std::stoul(e.path().filename()));
+    const int nice = getpriority(PRIO_PROCESS, tid);
+    if (tid == static_cast<id_t>(getpid())) EXPECT_EQ(nice, 0) << "the main thread";
+    else if (nice == want) ++lowered;
+    else EXPECT_EQ(nice, 0) << "thread " << tid;
+  }
+  EXPECT_EQ(lowered, 2) << "two Worlds (fused, separate), a device thread each";
 }
 
 }  // namespace

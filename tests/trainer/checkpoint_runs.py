@@ -11,7 +11,7 @@ import sys
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp",
-             "--mca", "pml", "ob1", "--mca", "osc", "^ucx"]
+             "--mca", "pml", "ob1", "--mca", "osc", "^ucx", "-x", "TITAN_GLOO_DEVICE_NICE=19"]
 
 
 class Runner:
