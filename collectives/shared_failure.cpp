@@ -22,6 +22,7 @@ namespace {
 // Tags no titan collective or MPI_Comm_create_group uses on MPI_COMM_WORLD.
 constexpr int kReportTag = 29171;
 constexpr int kVerdictTag = 29172;
+constexpr int kAckTag = 29173;
 
 // Limits, from entering the failure. MPI_Init waits for every rank to call it, and in a gloo
 // job the ranks that did not fail never do, so a rank gives up on it rather than hang. After
@@ -99,6 +100,16 @@ void exchange_as_root(uint64_t mine, int size, const std::string& prefix, const 
   for (size_t i = 0; i < reported.size(); ++i)
     MPI_Isend(&verdict, 1, MPI_INT, reported[i], kVerdictTag, MPI_COMM_WORLD, &sends[i]);
   wait_all(sends, kSendSeconds);
+  // The main thread exits once notified, and the launcher then ends the job: wait (bounded)
+  // until the peers confirm the verdict. A completed send need not have reached its peer, and
+  // a peer that never hears it waits out kVerdictSeconds and prints its own line too (seen in
+  // a clean-clone test run: two lines from two ranks that failed alike, the job 1.9 s long).
+  static std::vector<int> acks;
+  acks.assign(reported.size(), 0);
+  std::vector<MPI_Request> ack_recvs(reported.size());
+  for (size_t i = 0; i < reported.size(); ++i)
+    MPI_Irecv(&acks[i], 1, MPI_INT, reported[i], kAckTag, MPI_COMM_WORLD, &ack_recvs[i]);
+  wait_all(ack_recvs, kSendSeconds);
   out.cv.notify_all();
 }
 
@@ -110,6 +121,12 @@ void exchange_as_peer(uint64_t mine, Outcome& out) {
   MPI_Isend(&report, 1, MPI_UINT64_T, 0, kReportTag, MPI_COMM_WORLD, &reqs[0]);
   MPI_Irecv(&verdict, 1, MPI_INT, 0, kVerdictTag, MPI_COMM_WORLD, &reqs[1]);
   const bool heard = wait_all(reqs, kVerdictSeconds);
+  if (heard) {
+    static int ack = 1;
+    std::vector<MPI_Request> sent(1);
+    MPI_Isend(&ack, 1, MPI_INT, 0, kAckTag, MPI_COMM_WORLD, &sent[0]);
+    wait_all(sent, kSendSeconds);
+  }
   {
     std::lock_guard<std::mutex> lock(out.mu);
     if (out.settled) return;
@@ -160,7 +177,7 @@ void abort_job_agreeing(const std::string& rank_prefix, const std::string& messa
     std::unique_lock<std::mutex> lock(out->mu);
     const auto started = [&] { return out->initialized || out->settled; };
     if (out->cv.wait_for(lock, std::chrono::duration<double>(kInitSeconds), started))
-      out->cv.wait_for(lock, std::chrono::duration<double>(kVerdictSeconds + kSendSeconds),
+      out->cv.wait_for(lock, std::chrono::duration<double>(kVerdictSeconds + 2 * kSendSeconds),
                        [&] { return out->settled; });
     out->settled = true;  // too late for the exchange thread to print now
     agreed = out->agreed;
