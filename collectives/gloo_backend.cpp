@@ -51,12 +51,10 @@ constexpr uint8_t kP2PSlot = 0x42;
 int gloo_device_nice() {
   const char* v = std::getenv("TITAN_GLOO_DEVICE_NICE");
   if (!v || !*v) return 0;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  TITAN_CONFIG_CHECK(errno == 0 && *end == '\0' && n >= 0 && n <= 19,
-                     "TITAN_GLOO_DEVICE_NICE: expected a whole number from 0 to 19, got \"", v, "\"");
-  return static_cast<int>(n);
+  const int n = parse_env_int("TITAN_GLOO_DEVICE_NICE", v);
+  TITAN_CONFIG_CHECK(n <= 19, "environment variable TITAN_GLOO_DEVICE_NICE=\"", v,
+                     "\" is not a nice value (0-19)");
+  return n;
 }
 
 std::set<std::string> thread_ids() {

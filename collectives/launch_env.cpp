@@ -7,14 +7,7 @@
 
 namespace titan {
 
-namespace {
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-int parse_int(const char* name, const char* value) {
+int parse_env_int(const char* name, const char* value) {
   char* end = nullptr;
   long v = std::strtol(value, &end, 10);
   TITAN_CONFIG_CHECK(end && *end == '\0' && v >= 0 && v < (1L << 30), "environment variable ",
@@ -22,8 +15,15 @@ int parse_int(const char* name, const char* value) {
   return static_cast<int>(v);
 }
 
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
 int parse_port(const char* name, const char* value) {
-  const int port = parse_int(name, value);
+  const int port = parse_env_int(name, value);
   TITAN_CONFIG_CHECK(port >= 1 && port <= 65535, "environment variable ", name, "=\"", value,
                      "\" is not a TCP port (1-65535)");
   return port;
@@ -59,9 +59,9 @@ void detect_master(LaunchEnv& e) {
   bool multi_node = false;
   if (ompi) {
     if (const char* n = env("OMPI_MCA_orte_num_nodes"))
-      multi_node = parse_int("OMPI_MCA_orte_num_nodes", n) > 1;
+      multi_node = parse_env_int("OMPI_MCA_orte_num_nodes", n) > 1;
     if (const char* local = env("OMPI_COMM_WORLD_LOCAL_SIZE"))
-      multi_node = multi_node || parse_int("OMPI_COMM_WORLD_LOCAL_SIZE", local) < e.size;
+      multi_node = multi_node || parse_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", local) < e.size;
   }
   if (!multi_node && !port) return;
   const char* uri = env("OMPI_MCA_orte_hnp_uri");
@@ -90,8 +90,8 @@ LaunchEnv detect_launch_env() {
   if (const LauncherVars v = launcher_vars(); v.rank_name) {
     TITAN_CONFIG_CHECK(v.rank && v.size, "environment: ", v.rank_name, " and ", v.size_name,
                        " must be set together");
-    e.rank = parse_int(v.rank_name, v.rank);
-    e.size = parse_int(v.size_name, v.size);
+    e.rank = parse_env_int(v.rank_name, v.rank);
+    e.size = parse_env_int(v.size_name, v.size);
     e.source = std::string(v.rank_name) + "/" + v.size_name;
     TITAN_CONFIG_CHECK(e.size >= 1 && e.rank < e.size, "environment: ", e.source, " give rank ",
                        e.rank, " of ", e.size);

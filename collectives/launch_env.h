@@ -31,6 +31,10 @@ struct LaunchEnv {
 // Throws a config error for malformed or inconsistent values.
 LaunchEnv detect_launch_env();
 
+// The value of environment variable `name` as a non-negative integer; a config error naming
+// the variable and its value otherwise.
+int parse_env_int(const char* name, const char* value);
+
 constexpr int kDefaultMasterPort = 29500;  // torchrun's (and TorchTitan's) MASTER_PORT default
 constexpr int kOmpiPortBase = 20000;
 constexpr int kOmpiPortSpan = 10000;

@@ -9,9 +9,9 @@ import shutil
 import subprocess
 import sys
 
+from mpi_flags import MPI_FLAGS
+
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp",
-             "--mca", "pml", "ob1", "--mca", "osc", "^ucx", "-x", "TITAN_GLOO_DEVICE_NICE=19"]
 
 
 class Runner:

@@ -15,10 +15,10 @@ import shutil
 import subprocess
 import sys
 
+import mpi_flags
+
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp",
-             "--mca", "pml", "ob1", "--mca", "osc", "^ucx", "-x", "TITAN_GLOO_DEVICE_NICE=19",
-             "--mca", "mpi_yield_when_idle", "1"]
+MPI_FLAGS = mpi_flags.MPI_FLAGS + mpi_flags.YIELD_WHEN_IDLE
 TINY = ["--model.n_layers", "2", "--training.seq_len", "16", "--training.local_batch_size", "2",
         "--training.threads", "1", "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11"]
 
