@@ -1,10 +1,12 @@
 #include "devices/step_simulator.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "common/error.h"
 #include "devices/exposed_by_kind.h"
+#include "devices/replay_memo.h"
 #include "devices/step_replay.h"
 
 namespace titan::devices {
@@ -295,16 +297,39 @@ const char* exposed_comm_basis_name(bool latency_bound) {
 
 StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                          const SimulationOptions& options) {
+  std::optional<ReplayMemo::Key> key;
+  if (options.memo && (key = options.memo->key(trace, placement, chip, options, /*time_only=*/false))) {
+    if (const StepReport* kept = options.memo->report(*key)) {
+      ++options.memo->hits;
+      StepReport r = *kept;
+      r.topology = placement.topology.describe();
+      r.layout = placement.describe();
+      return r;
+    }
+    ++options.memo->misses;
+  }
   detail::Replay r(placement, chip, options);
   r.run(trace);
-  return r.report();
+  StepReport out = r.report();
+  if (key) options.memo->keep(*key, out);
+  return out;
 }
 
 double simulate_step_time(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                           const SimulationOptions& options) {
+  std::optional<ReplayMemo::Key> key;
+  if (options.memo && (key = options.memo->key(trace, placement, chip, options, /*time_only=*/true))) {
+    if (const double* kept = options.memo->step_time(*key)) {
+      ++options.memo->hits;
+      return *kept;
+    }
+    ++options.memo->misses;
+  }
   detail::Replay r(placement, chip, options, /*time_only=*/true);
   r.run(trace);
-  return r.step_time();
+  const double t = r.step_time();
+  if (key) options.memo->keep(*key, t);
+  return t;
 }
 
 }  // namespace titan::devices

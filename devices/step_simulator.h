@@ -17,6 +17,8 @@
 
 namespace titan::devices {
 
+class ReplayMemo;  // devices/replay_memo.h
+
 // Fused: issued asynchronously once inputs are ready, overlapped, adjacent ones coalesced.
 // Separate: each collective its own unit: waits for prior work, fixed launch, runs alone.
 using ::titan::CollectiveMode;
@@ -40,6 +42,8 @@ struct SimulationOptions {
   // reduce-scatter and the matmuls feeding it, run as a collective matmul decomposed into tp
   // chunks (devices/collective_matmul.h); otherwise the matmul waits for the whole transfer.
   bool async_tensor_parallel = false;
+  // Replays already made (devices/replay_memo.h): a replay found there is not made again.
+  ReplayMemo* memo = nullptr;
 };
 
 // Fixed cost per collective in separate mode: the chip's separate_collective_launch_s (XLA:

@@ -83,6 +83,15 @@ class Trace {
   // writes been there from the start (the data flow of every other tensor is unchanged).
   void add_writes(std::vector<std::pair<int64_t, TensorUse>> writes);
 
+  // Who owns a trace whose events are final may name them (devices/replay_memo.h: a replay
+  // of the same events is then looked up instead of made again); 0: unnamed. Copies keep
+  // the name. Every change through this class drops it; whoever changes the events otherwise
+  // (shard resizing writes sizes in place) must drop it too.
+  uint64_t content_id() const { return content_id_; }
+  void set_content_id(uint64_t id) { content_id_ = id; }
+  // A name no trace of this process had before.
+  static uint64_t new_content_id();
+
  private:
   struct Writer {
     int64_t op = -1;  // index of the op that last wrote the tensor
@@ -96,6 +105,7 @@ class Trace {
   int64_t next_work_ = 0;
   std::vector<StorageRecord> storages_;
   std::vector<StorageResize> resizes_;
+  uint64_t content_id_ = 0;
 };
 
 }  // namespace titan::devices

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "devices/replay_memo.h"
 #include "trainer/config/config_keys.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/config/resolve_model.h"
@@ -68,6 +69,24 @@ namespace {
 
 using RecordingFuture = std::shared_future<std::shared_ptr<const RecordedStep>>;
 
+// Each evaluating thread's replays (devices/replay_memo.h): a layout's points are evaluated
+// one after the other on one thread, and their resized steps share most pipeline segments.
+devices::ReplayMemo& thread_memo() {
+  thread_local devices::ReplayMemo memo;
+  return memo;
+}
+
+// f's result, with the replays the memo answered meanwhile counted on the cache.
+template <class F>
+auto with_memo(RecordingCache& cache, F&& f) {
+  devices::ReplayMemo& m = thread_memo();
+  const int64_t hits = m.hits, misses = m.misses;
+  auto out = f(&m);
+  cache.replays_remembered += m.hits - hits;
+  cache.replays_named += m.hits - hits + m.misses - misses;
+  return out;
+}
+
 // The i-th recording prefetch queued, if it queued what this caller asks for (the three layer
 // samples, or the config itself), counted as a lookup; else cfg's, asked for now.
 RecordingFuture take_or_request(const JobConfig& cfg, RecordingCache& cache, Prefetched* pre, bool sampled, size_t i) {
@@ -115,7 +134,9 @@ bool extrapolated_result(const JobConfig& cfg, const devices::ChipSpec& chip, Re
         if (!placement)
           placement =
               devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
-        f[j] = replay_figures(cfgs[j], *rec, chip, *placement);
+        f[j] = with_memo(cache, [&](devices::ReplayMemo* m) {
+          return replay_figures(cfgs[j], *rec, chip, *placement, /*keep_events=*/false, m);
+        });
       }
     } catch (const std::exception& e) {
       *why = std::string("a sample failed: ") + e.what();
@@ -151,7 +172,9 @@ Point evaluate_config(const JobConfig& cfg, RecordingCache& cache, Prefetched* p
       fut = {};
       const devices::Placement placement =
           devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(rec->dims), cfg.simulation.topology);
-      p.result = replay_step(cfg, *rec, chip, placement);
+      p.result = with_memo(cache, [&](devices::ReplayMemo* m) {
+        return replay_step(cfg, *rec, chip, placement, /*keep_events=*/false, m);
+      });
     }
     p.breakdown = breakdown_of(p.result);
     if (p.result.memory.fits || cfg.simulation.allow_oom) {

@@ -71,6 +71,9 @@ class RecordingCache {
   // Sample sets that failed the affine check, each sending its point one layer step deeper
   // (a replay, and a recording unless another point asked for it first).
   std::atomic<int64_t> failed_fits{0};
+  // Replays of a probe's traces (pipeline segments resizing left as recorded) that the
+  // evaluating threads' memos answered, and those they made (devices/replay_memo.h).
+  std::atomic<int64_t> replays_remembered{0}, replays_named{0};
 
   // Points evaluated in a known order, each after its prefetches were queued (a study's
   // search): the recorders then record at most `lookahead` points ahead of the slowest thread,

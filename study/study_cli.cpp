@@ -53,14 +53,16 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
   std::fprintf(
       stderr,
       "titan-study: %s: %lld configurations in %.2f s = %.1f configurations/s on %d threads; "
-      "%lld distinct per-rank steps recorded (%.2f s), %lld replays; %lld points extrapolated from "
+      "%lld distinct per-rank steps recorded (%.2f s), %lld replays (of which %lld traces resizing left "
+      "as the probe recorded them, %lld replays found in memory); %lld points extrapolated from "
       "shallow recordings (%lld sample sets failed the affine check, each sending its point deeper), "
       "%lld recorded at full depth; %lld steps resized from another dp_shard "
       "degree's recording (%lld in place), %lld not%s%s; %lld dp_replicate 1 probes derived from "
       "dp_replicate 2, %lld not%s%s; %zu recorder%s%s; CPU %.2f s in this process over the run%s\n",
       what, static_cast<long long>(st.jobs), st.wall_s, st.rate(), st.threads,
       static_cast<long long>(cache.recordings()), cache.record_seconds(),
-      static_cast<long long>(cache.lookups()), static_cast<long long>(cache.extrapolated.load()),
+      static_cast<long long>(cache.lookups()), static_cast<long long>(cache.replays_named.load()),
+      static_cast<long long>(cache.replays_remembered.load()), static_cast<long long>(cache.extrapolated.load()),
       static_cast<long long>(cache.failed_fits.load()), static_cast<long long>(cache.full_depth.load()),
       static_cast<long long>(cache.resized.load()),
       static_cast<long long>(cache.resized_in_place.load()),

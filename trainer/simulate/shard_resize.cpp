@@ -100,8 +100,13 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     // Trace offers its events read-only; this copy is ours and only sizes change (the data
     // flow between ops stays), so they are written in place.
     std::vector<std::vector<TraceEvent>*> events;
-    for (devices::Trace* t : rank_traces(*out, q))
-      events.push_back(const_cast<std::vector<TraceEvent>*>(&t->events()));
+    const std::vector<devices::Trace*> traces = rank_traces(*out, q);
+    for (devices::Trace* t : traces) events.push_back(const_cast<std::vector<TraceEvent>*>(&t->events()));
+    // A trace whose sizes follow the degree is no longer the probe's (its name goes); the
+    // others stay the probe's, name and all (every trace rebucketing moves holds a collective).
+    for (const auto& u : r.uses) traces[u.trace]->set_content_id(0);
+    for (const auto& p : r.pointwise) traces[p.trace]->set_content_id(0);
+    for (const auto& c : r.collectives) traces[c.trace]->set_content_id(0);
     ResizedLayout::Rank& where = layout ? layout->ranks[q] : scratch;
     if (restore) restore_moved(probe, q, r, buckets[q], events, &where);
     // A probe event where it is now: rebucket moved the events of the traces it rebuilt.

@@ -114,7 +114,7 @@ RecordedStep record_step(const JobConfig& cfg, bool place) {
 }
 
 ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
-                             const devices::Placement& placement, bool keep_events) {
+                             const devices::Placement& placement, bool keep_events, devices::ReplayMemo* memo) {
   ReplayFigures f;
   f.dims = rec.dims;
   f.local_params = rec.local_params;
@@ -132,11 +132,13 @@ ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, cons
   o.keep_events = keep_events;
   o.collective_mode = cfg.comm.collective_mode;
   o.async_tensor_parallel = cfg.parallelism.enable_async_tensor_parallel;
+  o.memo = memo;
   if (rec.pipeline) {
     const RecordedPipeline& p = *rec.pipeline;
     f.segment_costs = cost_pipeline_segments(p, placement, chip, o);
     f.pipeline_structure = rec.pipeline;
     f.options = o;
+    f.options.memo = nullptr;  // the figures outlive the caller's memo
     PipelineReplayReport pr = compose_pipeline_step(p, f.segment_costs, o);
     f.report = std::move(pr.report);
     f.pipeline = true;
@@ -212,8 +214,8 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
 }
 
 SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
-                             const devices::Placement& placement, bool keep_events) {
-  return finish_replay(cfg, replay_figures(cfg, rec, chip, placement, keep_events), chip, placement);
+                             const devices::Placement& placement, bool keep_events, devices::ReplayMemo* memo) {
+  return finish_replay(cfg, replay_figures(cfg, rec, chip, placement, keep_events, memo), chip, placement);
 }
 
 namespace {

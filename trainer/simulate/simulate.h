@@ -136,8 +136,11 @@ struct ReplayFigures {
   devices::SimulationOptions options;
 };
 
+// memo: replays already made, reused where the same trace meets the same chip, options and
+// group placements (devices/replay_memo.h; a study keeps one per evaluating thread).
 ReplayFigures replay_figures(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
-                             const devices::Placement& placement, bool keep_events = false);
+                             const devices::Placement& placement, bool keep_events = false,
+                             devices::ReplayMemo* memo = nullptr);
 // The result for cfg: throughput and MFU from the report, memory from cfg's model and the
 // figures' parameter counts, the bubble from the pipeline ranks' busy time.
 SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, const devices::ChipSpec& chip,
@@ -147,7 +150,8 @@ SimulationResult finish_replay(const JobConfig& cfg, const ReplayFigures& f, con
 // recording for every device and chip count whose per-rank step is the same.
 // keep_events: report.events holds every timeline task (Chrome traces; not under PP).
 SimulationResult replay_step(const JobConfig& cfg, const RecordedStep& rec, const devices::ChipSpec& chip,
-                             const devices::Placement& placement, bool keep_events = false);
+                             const devices::Placement& placement, bool keep_events = false,
+                             devices::ReplayMemo* memo = nullptr);
 
 // Records and replays the step; with `other_mode`, also under the other collective mode.
 // recorded: where to keep cfg's recording (for a trace of it), if wanted.
