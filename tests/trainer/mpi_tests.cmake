@@ -1,6 +1,9 @@
 # Multi-process checkpoint tests (included by tests/CMakeLists.txt). Each scenario launches
 # several titan-train jobs (some under mpirun, one after another), so the driver runs mpirun
-# itself instead of being wrapped by titan_mpi_test(); PROCESSORS keeps ctest -j honest.
+# itself instead of being wrapped by titan_mpi_test(); PROCESSORS keeps ctest -j honest. The
+# drivers take MPIRUN_FLAGS (tests/CMakeLists.txt) from TITAN_TEST_MPIRUN_FLAGS (mpi_flags.py).
+string(JOIN " " _mpirun_flags_env ${MPIRUN_FLAGS})
+set(_mpirun_flags_env "TITAN_TEST_MPIRUN_FLAGS=${_mpirun_flags_env}")
 set(_ckpt_driver ${CMAKE_CURRENT_LIST_DIR}/checkpoint_resume.py
     --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
     --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
@@ -11,7 +14,8 @@ foreach(scenario "exact;1" "exact;2" "exact;4" "reshard;4" "kill;2" "missing_sha
   add_test(NAME checkpoint_${name}_np${np}
            COMMAND /usr/bin/python3 ${_ckpt_driver} ${name} ${np}
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(checkpoint_${name}_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+  set_tests_properties(checkpoint_${name}_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
+                       ENVIRONMENT "${_mpirun_flags_env}")
 endforeach()
 # MoE expert biases (aux-loss-free balancing) survive a resume bit for bit: one process, FSDP 2, PP 2.
 foreach(np 1 2)
@@ -19,7 +23,8 @@ foreach(np 1 2)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/moe_bias_resume.py ${np}
                    --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
                    --workdir ${CMAKE_BINARY_DIR}/checkpoint_tests)
-  set_tests_properties(checkpoint_moe_bias_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+  set_tests_properties(checkpoint_moe_bias_np${np} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
+                       ENVIRONMENT "${_mpirun_flags_env}")
 endforeach()
 
 # Simulator: a simulated 4-chip step issues exactly the collectives (op, group, bytes, order
@@ -65,7 +70,8 @@ foreach(scenario real simulated)
                    --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
                    --workdir ${CMAKE_BINARY_DIR}/profiling_tests
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(trainer_profiling_${scenario} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  set_tests_properties(trainer_profiling_${scenario} PROPERTIES TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${_mpirun_flags_env}")
 endforeach()
 
 # One rank given other input than its peers (mpirun's ':' passes each side its own
@@ -100,5 +106,6 @@ foreach(scenario gloo_folder shared_error one_rank_error startup_signal)
                    --titan-train $<TARGET_FILE:titan-train> --mpirun ${MPIEXEC_EXECUTABLE}
                    --workdir ${CMAKE_BINARY_DIR}/hardening_tests/${scenario}
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(trainer_rank_failures_${scenario} PROPERTIES TIMEOUT 180 PROCESSORS 2)
+  set_tests_properties(trainer_rank_failures_${scenario} PROPERTIES TIMEOUT 180 PROCESSORS 2
+                       ENVIRONMENT "${_mpirun_flags_env}")
 endforeach()

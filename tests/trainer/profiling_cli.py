@@ -15,10 +15,9 @@ import shutil
 import subprocess
 import sys
 
-import mpi_flags
+from mpi_flags import MPI_FLAGS
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MPI_FLAGS = mpi_flags.MPI_FLAGS + mpi_flags.YIELD_WHEN_IDLE
 TINY = ["--model.n_layers", "2", "--training.seq_len", "16", "--training.local_batch_size", "2",
         "--training.threads", "1", "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11"]
 

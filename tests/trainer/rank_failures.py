@@ -22,13 +22,12 @@ import signal
 import subprocess
 import sys
 
-import mpi_flags
+from mpi_flags import MPI_FLAGS
 import threading
 import time
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(SRC, "configs/debug_model.toml")
-MPI_FLAGS = mpi_flags.MPI_FLAGS + mpi_flags.YIELD_WHEN_IDLE
 TINY = ["--model.n_layers", "1", "--training.seq_len", "16", "--training.local_batch_size", "2",
         "--training.threads", "1", "--training.steps", "2", "--metrics.peak_flops", "1e11"]
 LIMIT = 60  # seconds for one mpirun; the jobs below end in a few
