@@ -21,7 +21,8 @@ static_assert(sizeof(ChipSpec) == 736, "ChipSpec changed: compare the new field 
 namespace {
 
 // Two lanes of a multiply-rotate round (xxHash's), seeded apart, finished with splitmix64's
-// avalanche: 128 bits, so that the thousands of replays a study keeps do not collide.
+// avalanche: the options and group placements a named trace was replayed with, in 128 bits, so
+// that no two settings a study meets collide.
 class Hasher {
  public:
   void add(uint64_t v) {
@@ -84,7 +85,7 @@ std::optional<ReplayMemo::Key> ReplayMemo::key(const Trace& trace, const Placeme
   Key k;
   k.trace = trace.content_id();
   k.chip = chips_.size();
-  for (size_t i = 0; i < chips_.size(); ++i)
+  for (size_t i = 0; i < chips_.size() && k.chip == chips_.size(); ++i)
     if (same_chip(chips_[i]->chip, chip)) k.chip = i;
   if (k.chip == chips_.size()) {
     chips_.push_back(std::make_unique<PerChip>());
@@ -120,9 +121,9 @@ std::optional<ReplayMemo::Key> ReplayMemo::key(const Trace& trace, const Placeme
   return k;
 }
 
-const ReplayMemo::PerTrace* ReplayMemo::find(const Key& key) const {
+ReplayMemo::PerTrace* ReplayMemo::find(const Key& key) const {
   if (key.chip >= chips_.size()) return nullptr;
-  const auto& traces = chips_[key.chip]->traces;
+  auto& traces = chips_[key.chip]->traces;
   auto it = traces.find(key.trace);
   return it == traces.end() ? nullptr : &it->second;
 }
@@ -142,7 +143,7 @@ const double* ReplayMemo::step_time(const Key& key) const {
 }
 
 void ReplayMemo::keep(const Key& key, const StepReport& report) {
-  PerTrace* t = const_cast<PerTrace*>(find(key));
+  PerTrace* t = find(key);
   if (!t) return;
   auto kept = std::make_unique<StepReport>(report);
   kept->topology.clear(), kept->layout.clear();  // the placement's: filled per lookup
@@ -150,7 +151,7 @@ void ReplayMemo::keep(const Key& key, const StepReport& report) {
 }
 
 void ReplayMemo::keep(const Key& key, double step_time_s) {
-  PerTrace* t = const_cast<PerTrace*>(find(key));
+  PerTrace* t = find(key);
   if (t && t->times.emplace(Setting{key.a, key.b}, step_time_s).second) ++size_;
 }
 

@@ -76,7 +76,7 @@ class ReplayMemo {
     ChipSpec chip;
     std::unordered_map<uint64_t, PerTrace> traces;
   };
-  const PerTrace* find(const Key& key) const;
+  PerTrace* find(const Key& key) const;  // chips_ holds pointers: a const memo finds mutable entries
 
   size_t capacity_;
   size_t size_ = 0;
