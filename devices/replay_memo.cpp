@@ -121,25 +121,31 @@ std::optional<ReplayMemo::Key> ReplayMemo::key(const Trace& trace, const Placeme
   return k;
 }
 
-ReplayMemo::PerTrace* ReplayMemo::find(const Key& key) const {
+ReplayMemo::PerTrace* ReplayMemo::find(const Key& key) {
   if (key.chip >= chips_.size()) return nullptr;
   auto& traces = chips_[key.chip]->traces;
   auto it = traces.find(key.trace);
   return it == traces.end() ? nullptr : &it->second;
 }
 
-const StepReport* ReplayMemo::report(const Key& key) const {
-  const PerTrace* t = find(key);
-  if (!t) return nullptr;
-  auto it = t->reports.find(Setting{key.a, key.b});
-  return it == t->reports.end() ? nullptr : it->second.get();
+const StepReport* ReplayMemo::report(const Key& key) {
+  const StepReport* kept = nullptr;
+  if (const PerTrace* t = find(key)) {
+    auto it = t->reports.find(Setting{key.a, key.b});
+    if (it != t->reports.end()) kept = it->second.get();
+  }
+  ++(kept ? hits : misses);
+  return kept;
 }
 
-const double* ReplayMemo::step_time(const Key& key) const {
-  const PerTrace* t = find(key);
-  if (!t) return nullptr;
-  auto it = t->times.find(Setting{key.a, key.b});
-  return it == t->times.end() ? nullptr : &it->second;
+const double* ReplayMemo::step_time(const Key& key) {
+  const double* kept = nullptr;
+  if (const PerTrace* t = find(key)) {
+    auto it = t->times.find(Setting{key.a, key.b});
+    if (it != t->times.end()) kept = &it->second;
+  }
+  ++(kept ? hits : misses);
+  return kept;
 }
 
 void ReplayMemo::keep(const Key& key, const StepReport& report) {

@@ -1,6 +1,6 @@
 // Replays remembered by everything that decides them. A study replays the same trace on the
 // same chip many times: a layout is recorded once and resized to every dp_shard degree
-// (trainer/simulate/shard_resize.h), and resizing leaves most of a pipeline rank's segments
+// (trainer/simulate/shard_resize.h), and resizing leaves many of a pipeline rank's segments
 // as the probe recorded them (those that hold no shard-sized tensor and no FSDP collective),
 // while the layout's points at successive chip counts replay them again.
 //
@@ -52,8 +52,9 @@ class ReplayMemo {
   // kept, async tensor parallelism).
   std::optional<Key> key(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                          const SimulationOptions& options, bool time_only);
-  const StepReport* report(const Key& key) const;
-  const double* step_time(const Key& key) const;
+  // The remembered replay, or nullptr; each lookup counts as a hit or a miss.
+  const StepReport* report(const Key& key);
+  const double* step_time(const Key& key);
   void keep(const Key& key, const StepReport& report);
   void keep(const Key& key, double step_time_s);
 
@@ -76,7 +77,7 @@ class ReplayMemo {
     ChipSpec chip;
     std::unordered_map<uint64_t, PerTrace> traces;
   };
-  PerTrace* find(const Key& key) const;  // chips_ holds pointers: a const memo finds mutable entries
+  PerTrace* find(const Key& key);
 
   size_t capacity_;
   size_t size_ = 0;

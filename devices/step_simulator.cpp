@@ -295,18 +295,25 @@ const char* exposed_comm_basis_name(bool latency_bound) {
   return detail::replay_basis_name(latency_bound ? detail::kLatencyBoundComm : detail::kBandwidthBoundComm);
 }
 
+namespace {
+
+// The key of this replay in the caller's memo; none without a memo or when it is not kept.
+std::optional<ReplayMemo::Key> remembered_as(const Trace& trace, const Placement& placement, const ChipSpec& chip,
+                                             const SimulationOptions& options, bool time_only) {
+  if (!options.memo) return std::nullopt;
+  return options.memo->key(trace, placement, chip, options, time_only);
+}
+
+}  // namespace
+
 StepReport simulate_step(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                          const SimulationOptions& options) {
-  std::optional<ReplayMemo::Key> key;
-  if (options.memo && (key = options.memo->key(trace, placement, chip, options, /*time_only=*/false))) {
-    if (const StepReport* kept = options.memo->report(*key)) {
-      ++options.memo->hits;
-      StepReport r = *kept;
-      r.topology = placement.topology.describe();
-      r.layout = placement.describe();
-      return r;
-    }
-    ++options.memo->misses;
+  const std::optional<ReplayMemo::Key> key = remembered_as(trace, placement, chip, options, /*time_only=*/false);
+  if (const StepReport* kept = key ? options.memo->report(*key) : nullptr) {
+    StepReport r = *kept;
+    r.topology = placement.topology.describe();
+    r.layout = placement.describe();
+    return r;
   }
   detail::Replay r(placement, chip, options);
   r.run(trace);
@@ -317,14 +324,8 @@ StepReport simulate_step(const Trace& trace, const Placement& placement, const C
 
 double simulate_step_time(const Trace& trace, const Placement& placement, const ChipSpec& chip,
                           const SimulationOptions& options) {
-  std::optional<ReplayMemo::Key> key;
-  if (options.memo && (key = options.memo->key(trace, placement, chip, options, /*time_only=*/true))) {
-    if (const double* kept = options.memo->step_time(*key)) {
-      ++options.memo->hits;
-      return *kept;
-    }
-    ++options.memo->misses;
-  }
+  const std::optional<ReplayMemo::Key> key = remembered_as(trace, placement, chip, options, /*time_only=*/true);
+  if (const double* kept = key ? options.memo->step_time(*key) : nullptr) return *kept;
   detail::Replay r(placement, chip, options, /*time_only=*/true);
   r.run(trace);
   const double t = r.step_time();

@@ -102,15 +102,13 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     std::vector<std::vector<TraceEvent>*> events;
     const std::vector<devices::Trace*> traces = rank_traces(*out, q);
     for (devices::Trace* t : traces) events.push_back(const_cast<std::vector<TraceEvent>*>(&t->events()));
-    // A trace whose sizes follow the degree is no longer the probe's (its name goes); the
-    // others stay the probe's, name and all (every trace rebucketing moves holds a collective).
-    for (const auto& u : r.uses) traces[u.trace]->set_content_id(0);
-    for (const auto& p : r.pointwise) traces[p.trace]->set_content_id(0);
-    for (const auto& c : r.collectives) traces[c.trace]->set_content_id(0);
     ResizedLayout::Rank& where = layout ? layout->ranks[q] : scratch;
     if (restore) restore_moved(probe, q, r, buckets[q], events, &where);
-    // A probe event where it is now: rebucket moved the events of the traces it rebuilt.
+    // A probe event where it is now: rebucket moved the events of the traces it rebuilt. A
+    // trace whose sizes follow the degree is no longer the probe's, so its name goes; the
+    // others keep the probe's (every trace rebucketing moves holds a collective of r's).
     auto at = [&](uint32_t ti, uint32_t ei) -> TraceEvent& {
+      traces[ti]->set_content_id(0);
       const bool moved = in_place && ti < where.moved.size() && !where.moved[ti].empty();
       return (*events[ti])[moved ? where.moved[ti][ei] : ei];
     };
@@ -130,6 +128,7 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     for (const auto& c : r.collectives) {
       if (buckets[q][c.call] != r.buckets[c.call]) {
         split_changes = true;
+        traces[c.trace]->set_content_id(0);  // rebuilt below
         continue;
       }
       at(c.trace, c.event).collective.bytes = bucket_bytes(call_bytes(r.calls[c.call], w), r.buckets[c.call][c.bucket]);
