@@ -52,8 +52,10 @@ endforeach()
 
 # Hardening (issue 14): titan-train as a subprocess: stop signals, deterministic concurrent
 # runs, launchers from another folder, extending a finished run, the MFU peak, one of 4 ranks
-# SIGKILLed (mpi and gloo), and a table of bad inputs (tests/trainer/hardening_inputs.py).
-foreach(scenario signal determinism launchers extend mfu rank_killed bad_inputs write_failure)
+# SIGKILLed (mpi and gloo), a table of bad inputs (tests/trainer/hardening_inputs.py), and
+# lone processes that need no Open MPI session directory.
+foreach(scenario signal determinism launchers extend mfu rank_killed bad_inputs write_failure
+                 lone_process)
   add_test(NAME trainer_hardening_${scenario}
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/hardening_cli.py ${scenario}
                    --titan-train $<TARGET_FILE:titan-train> --workdir ${CMAKE_BINARY_DIR}/hardening_tests
