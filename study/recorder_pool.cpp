@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -147,7 +148,8 @@ std::string get_str(std::string_view m, size_t* pos) {
 // The study's side of one recorder process.
 class Remote : public Recorder {
  public:
-  Remote(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
+  Remote(pid_t pid, int fd, std::shared_ptr<RecordingStore> store)
+      : pid_(pid), fd_(fd), store_(std::move(store)) {}
   ~Remote() override {
     ::close(fd_);  // the process sees the end of its requests and exits
     int status = 0;
@@ -185,10 +187,18 @@ class Remote : public Recorder {
 
  private:
   std::string call(Kind kind, const JobConfig& cfg, int64_t first_degree) {
+    const std::string key = RecordingCache::key(cfg);
+    // What the recording depends on (the TOML also holds keys only replays read).
+    std::string stored(1, kind);
+    if (store_) {
+      put_str(&stored, std::to_string(first_degree));
+      put_str(&stored, key);
+      if (std::optional<std::string> bytes = store_->load(stored)) return std::move(*bytes);
+    }
     std::string request(1, kind);
     put_str(&request, std::to_string(first_degree));
     put_str(&request, config_to_toml(cfg));
-    put_str(&request, RecordingCache::key(cfg));
+    put_str(&request, key);
     std::string reply;
     if (!send_message(fd_, request) || !recv_message(fd_, &reply) || reply.empty()) {
       int status = 0;
@@ -200,7 +210,11 @@ class Remote : public Recorder {
                  " while recording a ", kind == kProbe ? "probe" : "step", " of ", layout_of(cfg));
     }
     size_t pos = 1;
-    if (reply[0] == kOk) return reply.substr(1);
+    if (reply[0] == kOk) {
+      std::string bytes = reply.substr(1);
+      if (store_) store_->save(stored, bytes);
+      return bytes;
+    }
     if (reply[0] == kTitanError) {
       const ErrorKind k = reply.at(1) == 'c' ? ErrorKind::kConfig : ErrorKind::kRuntime;
       pos = 2;
@@ -219,6 +233,7 @@ class Remote : public Recorder {
   }
   pid_t pid_;
   int fd_;
+  std::shared_ptr<RecordingStore> store_;
 };
 
 int thread_count() {
@@ -235,7 +250,7 @@ int thread_count() {
 
 std::unique_ptr<Recorder> in_process_recorder() { return std::make_unique<InProcess>(); }
 
-std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n) {
+std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n, std::shared_ptr<RecordingStore> store) {
   std::vector<std::unique_ptr<Recorder>> out;
   if (n <= 0 || thread_count() != 1) return out;
   std::vector<int> ours;  // the study's ends, which a later recorder must not keep open
@@ -264,7 +279,7 @@ std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n) {
     }
     ::close(fds[1]);
     ours.push_back(fds[0]);
-    out.push_back(std::make_unique<Remote>(pid, fds[0]));
+    out.push_back(std::make_unique<Remote>(pid, fds[0], store));
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "study/recording_store.h"
 #include "trainer/config/job_config.h"
 #include "trainer/simulate/shard_resize.h"
 #include "trainer/simulate/simulate.h"
@@ -36,7 +37,11 @@ class Recorder {
 std::unique_ptr<Recorder> in_process_recorder();
 
 // n recorder processes; none when n <= 0 or this process already runs more than one thread.
-// A recorder whose process died reports it as a titan::Error on the call that saw it.
-std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n);
+// A recorder whose process died reports it as a titan::Error on the call that saw it. With a
+// store, each recorder reads what it is asked for from it when it can and saves what its
+// process recorded there (study/recording_store.h); a process no request reaches records
+// nothing.
+std::vector<std::unique_ptr<Recorder>> start_recorder_processes(int n,
+                                                                std::shared_ptr<RecordingStore> store = nullptr);
 
 }  // namespace titan::study

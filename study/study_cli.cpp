@@ -12,6 +12,7 @@
 #include "study/layout_search.h"
 #include "study/plots.h"
 #include "study/recorder_pool.h"
+#include "study/recording_store.h"
 #include "study/results_io.h"
 #include "study/sweep_runner.h"
 #include "trainer/simulate/chrome_trace.h"
@@ -36,6 +37,10 @@ std::string study_usage() {
          "            for comparisons)\n"
          "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
          "            0 records in this process, one step at a time\n"
+         "  --recording-cache DIR  keep recordings in DIR between runs (entries named by the request\n"
+         "            and the build ids of the code that records; at most 4 GiB, least recently used\n"
+         "            go first): a repeated study reads them instead of recording; needs recorder\n"
+         "            processes\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  --all-candidates  with a layout search per combination, also write every candidate of\n"
          "            every combination, fitting or not (FOLDER/candidates.csv / .jsonl; the JSON\n"
@@ -45,7 +50,7 @@ std::string study_usage() {
 
 namespace {
 
-void print_stats(const char* what, const RunStats& st, const RecordingCache& cache) {
+void print_stats(const char* what, const RunStats& st, const RecordingCache& cache, const RecordingStore* store) {
   char recorders_cpu[96] = "";
   if (cache.recording_in_processes())
     std::snprintf(recorders_cpu, sizeof recorders_cpu, ", %.2f s in the recorder processes since they started",
@@ -73,6 +78,13 @@ void print_stats(const char* what, const RunStats& st, const RecordingCache& cac
       cache.recorders(),
       cache.recorders() == 1 ? "" : "s",
       cache.recording_in_processes() ? " (processes)" : " (in-process)", st.cpu_s, recorders_cpu);
+  if (store)
+    std::fprintf(stderr,
+                 "titan-study: recording cache %s: %lld recordings read from it, %lld recorded and written "
+                 "(%lld damaged entries recorded again, %lld writes failed)\n",
+                 store->dir().c_str(), static_cast<long long>(store->hits.load()),
+                 static_cast<long long>(store->writes.load()), static_cast<long long>(store->damaged.load()),
+                 static_cast<long long>(store->failed_writes.load()));
 }
 
 void write_step_trace(const JobConfig& cfg, RecordingCache& cache, const std::string& path) {
@@ -119,7 +131,7 @@ void check_sweep_values(const JobConfig& base, const SweepFile& sweep, const std
 
 int study_main(const std::vector<std::string>& args) {
   std::vector<std::string> cfg_args;
-  std::string study_path, prices_path = default_prices_path(), out;
+  std::string study_path, prices_path = default_prices_path(), out, recording_cache;
   bool search = false, plots = true, trace = false, full_depth = false, every_degree = false, every_replica = false,
        all_candidates = false;
   int threads = 0, recorders = -1;
@@ -154,6 +166,7 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--every-replica") every_replica = true;
     else if (a == "--recorders") recorders = count(value(), 256);
     else if (a == "--all-candidates") all_candidates = true;
+    else if (a == "--recording-cache") recording_cache = value();
     else {
       // Config overrides are --section.key; anything else spelled as an option is a typo of one
       // of the flags above, which would otherwise reach the config loader as a key.
@@ -165,7 +178,14 @@ int study_main(const std::vector<std::string>& args) {
   }
   // Before anything starts a thread (recorder_pool.h): as many recorders as threads.
   if (recorders < 0) recorders = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  std::vector<std::unique_ptr<Recorder>> recorder_processes = start_recorder_processes(recorders);
+  std::shared_ptr<RecordingStore> store;
+  if (!recording_cache.empty()) {
+    TITAN_CONFIG_CHECK(recorders > 0, "--recording-cache needs recorder processes (--recorders ", recorders, ")");
+    store = std::make_shared<RecordingStore>(recording_cache);
+  }
+  std::vector<std::unique_ptr<Recorder>> recorder_processes = start_recorder_processes(recorders, store);
+  TITAN_CONFIG_CHECK(!store || !recorder_processes.empty(),
+                     "--recording-cache: no recorder process started (fork failed, or threads ran before the recorders)");
   TITAN_CONFIG_CHECK(!study_path.empty() || search || trace,
                      "give --study SWEEP.toml, --search, --trace or a combination\n", study_usage());
   const JobConfig base = load_job_config(cfg_args);
@@ -195,7 +215,7 @@ int study_main(const std::vector<std::string>& args) {
   if (study_path.empty() && !search) return 0;
   if (study_path.empty()) {  // --search on the base config alone
     SearchResult r = search_layouts(base, SearchSpace{}, cache, threads, "titan-study search");
-    print_stats("search", r.stats, cache);
+    print_stats("search", r.stats, cache, store.get());
     std::cout << "best layouts for " << base.simulation.num_chips << " x " << base.simulation.device << " ("
               << r.points.size() << " configurations):\n"
               << format_search(r, top);
@@ -208,7 +228,7 @@ int study_main(const std::vector<std::string>& args) {
     BestLayoutTable t =
         best_layout_table(base, sweep, cache, threads, search_space_from(sweep.search_space, study_path),
                           all_candidates);
-    print_stats("searches", t.stats, cache);
+    print_stats("searches", t.stats, cache, store.get());
     std::cout << format_best_layout_table(t, prices);
     std::cout << "wrote " << write_results(out, keys, t.best, prices) << "\n";
     std::cout << "wrote " << write_best_layout_markdown(out + "/table.md", t, prices) << "\n";
@@ -220,7 +240,7 @@ int study_main(const std::vector<std::string>& args) {
     return 0;
   }
   SweepRun run = run_sweep(base, sweep.combinations(), cache, threads, "titan-study " + sweep.name);
-  print_stats("sweep", run.stats, cache);
+  print_stats("sweep", run.stats, cache, store.get());
   std::cout << format_goodput_table(run.points, keys, prices);
   std::cout << "wrote " << write_results(out, keys, run.points, prices) << "\n";
   if (plots) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -131,6 +132,42 @@ TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
   EXPECT_NE(read(dir + "/big.log").find("--threads takes a count"), std::string::npos) << read(dir + "/big.log");
   EXPECT_EQ(run(tiny_args() + " --search --serach", dir + "/option.log"), 2);
   EXPECT_NE(read(dir + "/option.log").find("unknown option --serach"), std::string::npos) << read(dir + "/option.log");
+}
+
+// A search run twice on one recording cache: the second reads every recording the first
+// made (none recorded again) and writes the same results byte for byte; a cache without
+// recorder processes, or in a folder that cannot be made, is a clear error.
+TEST(StudyCli, ARepeatedSearchReadsItsRecordingsFromTheCache) {
+  const std::string dir = testing::tmp_dir("cli_recording_cache");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string args = tiny_args() + " --simulation.num_chips 8 --search --recorders 2 --recording-cache " + dir +
+                           "/cache --out " + dir + "/out";
+  ASSERT_EQ(run(args, dir + "/first.log"), 0) << read(dir + "/first.log");
+  const std::string first = read(dir + "/out/results.csv");
+  ASSERT_EQ(run(args, dir + "/second.log"), 0) << read(dir + "/second.log");
+  EXPECT_EQ(read(dir + "/out/results.csv"), first);
+  // (read, written) from a run's line. Which probe degree a layout tries first follows the
+  // threads' order (the last that worked), so a second run may ask for a probe the first did
+  // not: a few recorded again.
+  auto counts = [](const std::string& log) {
+    std::smatch m;
+    const bool found = std::regex_search(log, m, std::regex(R"(: (\d+) recordings read from it, (\d+) recorded and written \(0 damaged)"));
+    EXPECT_TRUE(found) << log;
+    return found ? std::make_pair(std::stoll(m[1]), std::stoll(m[2])) : std::make_pair(-1ll, -1ll);
+  };
+  const auto [read1, written1] = counts(read(dir + "/first.log"));
+  const auto [read2, written2] = counts(read(dir + "/second.log"));
+  EXPECT_EQ(read1, 0);
+  EXPECT_GT(written1, 100);
+  EXPECT_GE(read2, written1 * 95 / 100);
+  EXPECT_LE(written2, written1 / 20);
+  EXPECT_EQ(run(tiny_args() + " --search --recorders 0 --recording-cache " + dir + "/cache", dir + "/none.log"), 2);
+  EXPECT_NE(read(dir + "/none.log").find("--recording-cache needs recorder processes"), std::string::npos)
+      << read(dir + "/none.log");
+  EXPECT_EQ(run(tiny_args() + " --search --recording-cache /proc/titan-none/cache", dir + "/bad.log"), 2);
+  EXPECT_NE(read(dir + "/bad.log").find("recording cache /proc/titan-none/cache"), std::string::npos)
+      << read(dir + "/bad.log");
 }
 
 // A sweep value the config cannot take is the file's mistake: exit 2 naming file, key and
