@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -188,11 +189,16 @@ class Remote : public Recorder {
  private:
   std::string call(Kind kind, const JobConfig& cfg, int64_t first_degree) {
     const std::string key = RecordingCache::key(cfg);
-    // What the recording depends on (the TOML also holds keys only replays read).
+    // What the recording depends on (the TOML also holds keys only replays read), and the
+    // tokenizer file, whose vocabulary sizes the model when nothing else does: the key names
+    // the file, not what it holds, and a run from another folder may name another file.
     std::string stored(1, kind);
     if (store_) {
       put_str(&stored, std::to_string(first_degree));
       put_str(&stored, key);
+      const std::string& tok = cfg.model.tokenizer_path;
+      if (!tok.empty() && tok != "byte")
+        put_str(&stored, RecordingStore::file_identity(std::filesystem::absolute(tok).string()));
       if (std::optional<std::string> bytes = store_->load(stored)) return std::move(*bytes);
     }
     std::string request(1, kind);

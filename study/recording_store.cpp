@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <mutex>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -65,32 +68,47 @@ std::string hex(const unsigned char* p, size_t n) {
   return s;
 }
 
+}  // namespace
+
+std::string RecordingStore::file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path + " (cannot stat)";
+  return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_ino) + " " +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+namespace {
+
 int add_object(dl_phdr_info* info, size_t, void* data) {
   auto* out = static_cast<std::string*>(data);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_NOTE) continue;
+    // Notes in an 8-aligned segment pad name and description to 8 bytes, else to 4.
+    const size_t align = ph.p_align == 8 ? 8 : 4;
+    auto padded = [align](size_t n) { return (n + align - 1) & ~(align - 1); };
     const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
     const char* end = p + ph.p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
+    while (static_cast<size_t>(end - p) >= sizeof(ElfW(Nhdr))) {
       ElfW(Nhdr) n;
       std::memcpy(&n, p, sizeof n);
       const char* name = p + sizeof n;
-      const char* desc = name + ((n.n_namesz + 3) & ~3u);
-      if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 &&
-          desc + n.n_descsz <= end) {
+      if (padded(n.n_namesz) > static_cast<size_t>(end - name)) break;
+      const char* desc = name + padded(n.n_namesz);
+      if (n.n_descsz > static_cast<size_t>(end - desc)) break;
+      if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
         *out += hex(reinterpret_cast<const unsigned char*>(desc), n.n_descsz) + "\n";
         return 0;
       }
-      p = desc + ((n.n_descsz + 3) & ~3u);
+      if (padded(n.n_descsz) >= static_cast<size_t>(end - desc)) break;  // the segment's last note
+      p = desc + padded(n.n_descsz);
     }
   }
-  // No build id: the file as it is on disk now (the vDSO and the main program without a note
-  // have no path here; neither is rebuilt without the others changing).
+  // No build id. The main program has no name here, and it is the object rebuilt most often
+  // (every titan library is linked into it): /proc/self/exe. The vDSO has no file.
   const char* path = info->dlpi_name;
-  struct stat st {};
-  if (path && *path && ::stat(path, &st) == 0)
-    *out += std::string(path) + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime) + "\n";
+  if (path && *path) *out += RecordingStore::file_identity(path) + "\n";
+  else if (out->empty()) *out += RecordingStore::file_identity("/proc/self/exe") + "\n";
   return 0;
 }
 
@@ -102,8 +120,9 @@ std::string RecordingStore::code_identity() {
   return ids;
 }
 
-RecordingStore::RecordingStore(std::string dir, uint64_t max_bytes)
-    : dir_(std::move(dir)), max_bytes_(max_bytes), code_(code_identity()) {
+RecordingStore::RecordingStore(std::string dir, uint64_t max_bytes, std::string code)
+    : dir_(std::move(dir)), max_bytes_(max_bytes), code_(std::move(code)) {
+  TITAN_CONFIG_CHECK(!dir_.empty(), "recording cache: the folder is an empty string");
   std::error_code ec;
   fs::create_directories(dir_, ec);
   TITAN_CONFIG_CHECK(!ec && fs::is_directory(dir_), "recording cache ", dir_,
@@ -119,19 +138,24 @@ std::string RecordingStore::path_of(const std::string& request) const {
 
 std::optional<std::string> RecordingStore::load(const std::string& request) {
   const std::string path = path_of(request);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
     ++misses;
+    return std::nullopt;
+  }
+  // Something else under an entry's name (a folder, a FIFO) is left alone, and missed.
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max_bytes_) {
+    ++damaged;
     return std::nullopt;
   }
   // In one read: entries run to megabytes, and a character at a time was a fifth of a warm
   // study's time.
-  f.seekg(0, std::ios::end);
-  std::string entry(static_cast<size_t>(std::max<std::streamoff>(0, f.tellg())), '\0');
-  f.seekg(0);
-  f.read(entry.data(), static_cast<std::streamsize>(entry.size()));
-  if (!f) entry.clear();  // fails the checks below
-  f.close();
+  std::string entry(static_cast<size_t>(st.st_size), '\0');
+  {
+    std::ifstream f(path, std::ios::binary);
+    f.read(entry.data(), static_cast<std::streamsize>(entry.size()));
+    if (!f || f.peek() != std::char_traits<char>::eof()) entry.clear();  // changed under us: fails the checks
+  }
   const std::string_view e(entry);
   size_t pos = kMagic.size();
   uint64_t who_n = 0, bytes_n = 0, sum = 0;
@@ -161,8 +185,6 @@ std::optional<std::string> RecordingStore::load(const std::string& request) {
 
 void RecordingStore::save(const std::string& request, const std::string& bytes) {
   const std::string path = path_of(request);
-  static std::atomic<int64_t> serial{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
   const std::string who = code_ + request;
   std::string head(kMagic);
   put_u64(&head, who.size());
@@ -170,17 +192,22 @@ void RecordingStore::save(const std::string& request, const std::string& bytes) 
   put_u64(&mid, bytes.size());
   std::string tail;
   put_u64(&tail, digest(who, bytes));
-  bool ok = false;
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << head << who << mid << bytes << tail;
-    f.close();
-    ok = static_cast<bool>(f);
+  // A name no other writer has, whatever its host or pid namespace (a shared folder).
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  bool ok = fd >= 0;
+  if (ok) {
+    ::fchmod(fd, 0644);  // mkstemp's 0600 would hide entries from the folder's other users
+    std::FILE* f = ::fdopen(fd, "wb");
+    ok = f != nullptr;
+    for (const std::string* part : std::initializer_list<const std::string*>{&head, &who, &mid, &bytes, &tail})
+      ok = ok && std::fwrite(part->data(), 1, part->size(), f) == part->size();
+    ok = (f ? std::fclose(f) == 0 : ::close(fd) == 0) && ok;
   }
   std::error_code ec;
   if (ok) fs::rename(tmp, path, ec);
   if (!ok || ec) {
-    fs::remove(tmp, ec);
+    if (fd >= 0) fs::remove(tmp, ec);
     ++failed_writes;
     if (!warned_.exchange(true))
       std::fprintf(stderr, "titan-study: warning: recording cache %s: cannot write %s; recordings go uncached\n",
@@ -191,6 +218,9 @@ void RecordingStore::save(const std::string& request, const std::string& bytes) 
 }
 
 void RecordingStore::trim() {
+  // One trim at a time in this process: two would each count the other's removals as still
+  // there and remove more than the limit asks.
+  std::lock_guard<std::mutex> lock(trim_mu_);
   struct Entry {
     fs::file_time_type used;
     uint64_t size;
@@ -219,7 +249,8 @@ void RecordingStore::trim() {
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const Entry& x : entries) {
     if (total <= max_bytes_) break;
-    if (fs::remove(x.path, ec)) total -= x.size;
+    fs::remove(x.path, ec);
+    if (!ec) total -= x.size;  // removed, or already gone (another study's trim)
   }
 }
 

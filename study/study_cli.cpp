@@ -38,9 +38,9 @@ std::string study_usage() {
          "  --recorders N  recorder processes, forked at the start (default: as many as threads);\n"
          "            0 records in this process, one step at a time\n"
          "  --recording-cache DIR  keep recordings in DIR between runs (entries named by the request\n"
-         "            and the build ids of the code that records; at most 4 GiB, least recently used\n"
-         "            go first): a repeated study reads them instead of recording; needs recorder\n"
-         "            processes\n"
+         "            and the build ids of the code that records; about 4 GiB kept, least recently\n"
+         "            used go first): a repeated study reads them instead of recording; needs\n"
+         "            recorder processes\n"
          "  --trace   also write the base config's simulated step as a Chrome trace (FOLDER/step_trace.json)\n"
          "  --all-candidates  with a layout search per combination, also write every candidate of\n"
          "            every combination, fitting or not (FOLDER/candidates.csv / .jsonl; the JSON\n"
@@ -166,7 +166,10 @@ int study_main(const std::vector<std::string>& args) {
     else if (a == "--every-replica") every_replica = true;
     else if (a == "--recorders") recorders = count(value(), 256);
     else if (a == "--all-candidates") all_candidates = true;
-    else if (a == "--recording-cache") recording_cache = value();
+    else if (a == "--recording-cache") {
+      recording_cache = value();
+      TITAN_CONFIG_CHECK(!recording_cache.empty(), "--recording-cache takes a folder, got an empty string");
+    }
     else {
       // Config overrides are --section.key; anything else spelled as an option is a typo of one
       // of the flags above, which would otherwise reach the config loader as a key.

@@ -1,8 +1,9 @@
 // Recordings kept on disk between studies (study/recording_store.h): an entry gives back the
 // bytes saved for its request and nothing for another; a damaged, cut or misnamed entry is
 // removed and recorded again; the least recently used entries go beyond the size limit; a
-// write that fails loses only the entry; recorder processes given a store read a recording
-// another recorder saved, identical to a fresh one, without asking their process.
+// write that fails loses only the entry; entries of other code are not found; recorder
+// processes given a store read a recording another recorder saved, identical to a fresh one,
+// without asking their process, and record again when the config's tokenizer file changed.
 #include "study/recording_store.h"
 
 #include <gtest/gtest.h>
@@ -156,8 +157,43 @@ TEST(RecordingStore, AFailedWriteLosesOnlyTheEntry) {
 TEST(RecordingStore, CodeIdentityHoldsTheLoadedObjectsBuildIds) {
   const std::string id = RecordingStore::code_identity();
   EXPECT_EQ(id, RecordingStore::code_identity());
-  // This test binary, libc and libtorch at least, one line each.
+  // This test binary, libc and libtorch at least, one line each; the first is this binary's
+  // build id (hex digits, not a path), since it is what a rebuild changes.
   EXPECT_GE(std::count(id.begin(), id.end(), '\n'), 3) << id;
+  const std::string first = id.substr(0, id.find('\n'));
+  EXPECT_GE(first.size(), 32u) << first;
+  EXPECT_EQ(first.find_first_not_of("0123456789abcdef"), std::string::npos) << first;
+}
+
+TEST(RecordingStore, EntriesOfOtherCodeOrAnotherFileAreNotFound) {
+  const std::string dir = fresh_dir("other_code");
+  RecordingStore before(dir, uint64_t{1} << 30, "build a\n");
+  before.save("request a", "bytes of build a");
+  RecordingStore after(dir, uint64_t{1} << 30, "build b\n");
+  EXPECT_FALSE(after.load("request a").has_value());
+  EXPECT_EQ(after.misses.load(), 1);
+  EXPECT_EQ(after.damaged.load(), 0);
+  EXPECT_EQ(before.load("request a").value_or(""), "bytes of build a");
+  // A file's identity follows what is on disk (the tokenizer's, in a recorder's request).
+  const std::string file = dir + "/tokenizer.json";
+  write_file(file, "one");
+  const std::string one = RecordingStore::file_identity(file);
+  write_file(file, "two");
+  fs::last_write_time(file, fs::last_write_time(file) + std::chrono::seconds(1));
+  EXPECT_NE(RecordingStore::file_identity(file), one);
+  EXPECT_NE(RecordingStore::file_identity(dir + "/none.json"), RecordingStore::file_identity(file));
+}
+
+TEST(RecordingStore, SomethingElseUnderAnEntrysNameIsMissedAndLeft) {
+  const std::string dir = fresh_dir("not_a_file");
+  RecordingStore store(dir);
+  store.save("request a", "bytes");
+  const fs::path p = entries(dir).at(0);
+  fs::remove(p);
+  fs::create_directories(p / "inside");
+  EXPECT_FALSE(store.load("request a").has_value());
+  EXPECT_EQ(store.damaged.load(), 1);
+  EXPECT_TRUE(fs::is_directory(p / "inside"));
 }
 
 }  // namespace
@@ -190,6 +226,20 @@ TEST(RecordingStoreRecorders, ARecorderReadsWhatAnotherSavedWithoutAskingItsProc
   EXPECT_THROW((void)remote[1]->record(bad), Error);
   EXPECT_EQ(store->writes.load(), 2);
   EXPECT_EQ(store->hits.load(), 2);
+  // A tokenizer file named by the config is part of the request: the same path holding
+  // another file is recorded again.
+  const std::string tok = dir + "/tokenizer.json";
+  write_file(tok, "{}");
+  const JobConfig named = testing::tiny_config({"--model.tokenizer_path", tok});
+  (void)remote[0]->record(named);
+  (void)remote[1]->record(named);
+  EXPECT_EQ(store->writes.load(), 3);
+  EXPECT_EQ(store->hits.load(), 3);
+  write_file(tok, "{ }");
+  fs::last_write_time(tok, fs::last_write_time(tok) + std::chrono::seconds(1));
+  (void)remote[1]->record(named);
+  EXPECT_EQ(store->writes.load(), 4);
+  EXPECT_EQ(store->hits.load(), 3);
 }
 
 }  // namespace TITAN_UNIT_ID
