@@ -21,12 +21,7 @@ namespace titan::study {
 namespace TITAN_UNIT_ID {
 namespace {
 
-std::string read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 std::string tiny_args() {
   return "--config " + std::string(TITAN_SOURCE_DIR) +
@@ -55,12 +50,12 @@ TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
                   "[study]\nname = \"cli\"\nx = \"simulation.num_chips\"\n[sweep]\n"
                   "\"simulation.num_chips\" = [4, 16]\n\"comm.collective_mode\" = [\"fused\", \"separate\"]\n");
   const std::string base = tiny_args() + " --study " + dir + "/sweep.toml --out ";
-  ASSERT_EQ(run(base + dir + "/t1 --threads 1", dir + "/t1.log"), 0) << read(dir + "/t1.log");
-  ASSERT_EQ(run(base + dir + "/t2 --threads 2", dir + "/t2.log"), 0) << read(dir + "/t2.log");
+  ASSERT_EQ(run(base + dir + "/t1 --threads 1", dir + "/t1.log"), 0) << read_file(dir + "/t1.log");
+  ASSERT_EQ(run(base + dir + "/t2 --threads 2", dir + "/t2.log"), 0) << read_file(dir + "/t2.log");
   // Step time, throughput and MFU agree to 1e-12 on 1 and 2 threads, memory and verdicts
   // exactly. The compute / idle split may differ in the 4th digit between processes: the recorder links
   // ops by storage address, so a recording depends slightly on the heap (docs/study.md).
-  std::istringstream r1(read(dir + "/t1/results.jsonl")), r2(read(dir + "/t2/results.jsonl"));
+  std::istringstream r1(read_file(dir + "/t1/results.jsonl")), r2(read_file(dir + "/t2/results.jsonl"));
   int rows = 0;
   for (std::string l1, l2; std::getline(r1, l1) && std::getline(r2, l2); ++rows) {
     const auto a = nlohmann::json::parse(l1), b = nlohmann::json::parse(l2);
@@ -72,7 +67,7 @@ TEST(StudyCli, SweepWritesRowsAndPlotsIdenticallyOnOneAndTwoThreads) {
     EXPECT_NEAR(a.at("compute_s").get<double>(), b.at("compute_s").get<double>(), 1e-2 * a.at("step_time_s").get<double>());
   }
   EXPECT_EQ(rows, 4);
-  EXPECT_NE(read(dir + "/t2.log").find("4/4 done"), std::string::npos) << read(dir + "/t2.log");
+  EXPECT_NE(read_file(dir + "/t2.log").find("4/4 done"), std::string::npos) << read_file(dir + "/t2.log");
   if (!find_gnuplot().empty()) {
     EXPECT_TRUE(is_png(dir + "/t1/cli_mfu.png"));
     EXPECT_TRUE(is_png(dir + "/t1/cli_breakdown.png"));
@@ -90,16 +85,16 @@ TEST(StudyCli, AllCandidatesHoldEachCombinationsBest) {
   ASSERT_EQ(run(tiny_args() + " --study " + dir + "/search.toml --no-plots --all-candidates --out " + dir + "/out",
                 dir + "/run.log"),
             0)
-      << read(dir + "/run.log");
+      << read_file(dir + "/run.log");
   std::map<std::string, std::vector<nlohmann::json>> by_chips;  // swept values are written as given
-  std::istringstream cands(read(dir + "/out/candidates.jsonl"));
+  std::istringstream cands(read_file(dir + "/out/candidates.jsonl"));
   for (std::string l; std::getline(cands, l);) {
     const auto j = nlohmann::json::parse(l);
     by_chips[j.at("simulation.num_chips").get<std::string>()].push_back(j);
   }
   ASSERT_EQ(by_chips.size(), 2u);
   for (const auto& [chips, rows] : by_chips) EXPECT_EQ(rows.size(), 4u) << chips;  // tp 1, 2 x two modes
-  std::istringstream best(read(dir + "/out/results.jsonl"));
+  std::istringstream best(read_file(dir + "/out/results.jsonl"));
   int n = 0;
   for (std::string l; std::getline(best, l); ++n) {
     const auto b = nlohmann::json::parse(l);
@@ -112,26 +107,26 @@ TEST(StudyCli, AllCandidatesHoldEachCombinationsBest) {
   EXPECT_EQ(n, 2);
   // Without a search per combination there is no table to add candidates to.
   EXPECT_EQ(run(tiny_args() + " --search --all-candidates --out " + dir + "/bad", dir + "/bad.log"), 2);
-  EXPECT_NE(read(dir + "/bad.log").find("--all-candidates needs --study"), std::string::npos) << read(dir + "/bad.log");
+  EXPECT_NE(read_file(dir + "/bad.log").find("--all-candidates needs --study"), std::string::npos) << read_file(dir + "/bad.log");
 }
 
 TEST(StudyCli, BadInputIsAClearErrorAndStatus2) {
   const std::string dir = testing::tmp_dir("cli_bad");
   std::filesystem::create_directories(dir);
   EXPECT_EQ(run(tiny_args(), dir + "/none.log"), 2);
-  EXPECT_NE(read(dir + "/none.log").find("--study"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/none.log").find("--study"), std::string::npos);
   EXPECT_EQ(run(tiny_args() + " --study " + dir + "/missing.toml", dir + "/missing.log"), 2);
-  EXPECT_NE(read(dir + "/missing.log").find("missing.toml"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/missing.log").find("missing.toml"), std::string::npos);
   EXPECT_EQ(run(tiny_args() + " --search --threads x", dir + "/threads.log"), 2);
-  EXPECT_NE(read(dir + "/threads.log").find("--threads"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/threads.log").find("--threads"), std::string::npos);
   // Counts are bounded: 100000 recorders forked processes until descriptors ran out and the
   // study then outlived a 120 s limit; a count past int ended it with std::stoi's bare "stoi".
   EXPECT_EQ(run(tiny_args() + " --search --recorders 100000", dir + "/recorders.log"), 2);
-  EXPECT_NE(read(dir + "/recorders.log").find("--recorders takes a count from 0 to 256, got '100000'"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/recorders.log").find("--recorders takes a count from 0 to 256, got '100000'"), std::string::npos);
   EXPECT_EQ(run(tiny_args() + " --search --threads 99999999999", dir + "/big.log"), 2);
-  EXPECT_NE(read(dir + "/big.log").find("--threads takes a count"), std::string::npos) << read(dir + "/big.log");
+  EXPECT_NE(read_file(dir + "/big.log").find("--threads takes a count"), std::string::npos) << read_file(dir + "/big.log");
   EXPECT_EQ(run(tiny_args() + " --search --serach", dir + "/option.log"), 2);
-  EXPECT_NE(read(dir + "/option.log").find("unknown option --serach"), std::string::npos) << read(dir + "/option.log");
+  EXPECT_NE(read_file(dir + "/option.log").find("unknown option --serach"), std::string::npos) << read_file(dir + "/option.log");
 }
 
 // A search run twice on one recording cache: the second reads every recording the first
@@ -143,10 +138,10 @@ TEST(StudyCli, ARepeatedSearchReadsItsRecordingsFromTheCache) {
   std::filesystem::create_directories(dir);
   const std::string args = tiny_args() + " --simulation.num_chips 8 --search --recorders 2 --recording-cache " + dir +
                            "/cache --out " + dir + "/out";
-  ASSERT_EQ(run(args, dir + "/first.log"), 0) << read(dir + "/first.log");
-  const std::string first = read(dir + "/out/results.csv");
-  ASSERT_EQ(run(args, dir + "/second.log"), 0) << read(dir + "/second.log");
-  EXPECT_EQ(read(dir + "/out/results.csv"), first);
+  ASSERT_EQ(run(args, dir + "/first.log"), 0) << read_file(dir + "/first.log");
+  const std::string first = read_file(dir + "/out/results.csv");
+  ASSERT_EQ(run(args, dir + "/second.log"), 0) << read_file(dir + "/second.log");
+  EXPECT_EQ(read_file(dir + "/out/results.csv"), first);
   // (read, written) from a run's line. Which probe degree a layout tries first follows the
   // threads' order (the last that worked), so a second run may ask for a probe the first did
   // not: a few recorded again.
@@ -156,18 +151,18 @@ TEST(StudyCli, ARepeatedSearchReadsItsRecordingsFromTheCache) {
     EXPECT_TRUE(found) << log;
     return found ? std::make_pair(std::stoll(m[1]), std::stoll(m[2])) : std::make_pair(-1ll, -1ll);
   };
-  const auto [read1, written1] = counts(read(dir + "/first.log"));
-  const auto [read2, written2] = counts(read(dir + "/second.log"));
+  const auto [read1, written1] = counts(read_file(dir + "/first.log"));
+  const auto [read2, written2] = counts(read_file(dir + "/second.log"));
   EXPECT_EQ(read1, 0);
   EXPECT_GT(written1, 100);
   EXPECT_GE(read2, written1 * 95 / 100);
   EXPECT_LE(written2, written1 / 20);
   EXPECT_EQ(run(tiny_args() + " --search --recorders 0 --recording-cache " + dir + "/cache", dir + "/none.log"), 2);
-  EXPECT_NE(read(dir + "/none.log").find("--recording-cache needs recorder processes"), std::string::npos)
-      << read(dir + "/none.log");
+  EXPECT_NE(read_file(dir + "/none.log").find("--recording-cache needs recorder processes"), std::string::npos)
+      << read_file(dir + "/none.log");
   EXPECT_EQ(run(tiny_args() + " --search --recording-cache /proc/titan-none/cache", dir + "/bad.log"), 2);
-  EXPECT_NE(read(dir + "/bad.log").find("recording cache /proc/titan-none/cache"), std::string::npos)
-      << read(dir + "/bad.log");
+  EXPECT_NE(read_file(dir + "/bad.log").find("recording cache /proc/titan-none/cache"), std::string::npos)
+      << read_file(dir + "/bad.log");
 }
 
 // A sweep value the config cannot take is the file's mistake: exit 2 naming file, key and
@@ -185,13 +180,13 @@ TEST(StudyCli, BadSweepValuesAndOutputFolderFailAtStart) {
     const std::string sweep = dir + "/sweep" + std::to_string(i) + ".toml", log = dir + "/sweep" + std::to_string(i) + ".log";
     std::ofstream(sweep) << "[study]\nname = \"bad\"\n[sweep]\n" << cases[i].first << "\n";
     EXPECT_EQ(run(tiny_args() + " --study " + sweep + " --out " + dir + "/out --no-plots --recorders 0", log), 2)
-        << read(log);
-    EXPECT_NE(read(log).find("sweep file " + sweep + ": " + cases[i].second), std::string::npos) << read(log);
-    EXPECT_EQ(read(log).find("done"), std::string::npos) << "ran before failing: " << read(log);
+        << read_file(log);
+    EXPECT_NE(read_file(log).find("sweep file " + sweep + ": " + cases[i].second), std::string::npos) << read_file(log);
+    EXPECT_EQ(read_file(log).find("done"), std::string::npos) << "ran before failing: " << read_file(log);
   }
   EXPECT_EQ(run(tiny_args() + " --search --out /proc/titan-none/out --recorders 0", dir + "/out.log"), 2);
-  EXPECT_NE(read(dir + "/out.log").find("output folder /proc/titan-none/out"), std::string::npos) << read(dir + "/out.log");
-  EXPECT_EQ(read(dir + "/out.log").find("done"), std::string::npos) << read(dir + "/out.log");
+  EXPECT_NE(read_file(dir + "/out.log").find("output folder /proc/titan-none/out"), std::string::npos) << read_file(dir + "/out.log");
+  EXPECT_EQ(read_file(dir + "/out.log").find("done"), std::string::npos) << read_file(dir + "/out.log");
 }
 
 }  // namespace

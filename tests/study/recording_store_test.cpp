@@ -26,6 +26,7 @@ namespace TITAN_UNIT_ID {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
 using testing::tmp_dir;
 
 std::string fresh_dir(const std::string& name) {
@@ -38,11 +39,6 @@ std::vector<fs::path> entries(const std::string& dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
   return out;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 void write_file(const fs::path& p, const std::string& s) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,12 @@
 namespace titan::study::testing {
 
 inline std::string tmp_dir(const std::string& name) { return "/tmp/titan_study_test/" + name; }
+
+// A file's bytes ("" if it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
 
 // A TPU v5e with 2 GiB of HBM (1 GiB of it runtime reserve): the narrow model's bigger micro-batches do not fit.
 inline std::string small_hbm_chip_file() {
