@@ -71,6 +71,9 @@ struct OpDesc {
   // FSDP's casts, gradient clipping, the optimizer step; their backward too). A compiler that
   // covers only the blocks (ChipSpec::compiled_covers_step false) runs these eagerly.
   bool outside_blocks = false;
+  // Its sizes were rewritten for another dp_shard degree (trainer/simulate/shard_resize.h):
+  // of the ops its trace's ops_id names, its sizes differ between traces of that name.
+  bool resized = false;
   std::vector<TensorUse> reads, writes;  // with their data flow (TensorUse::flow)
   int64_t index = -1;  // the op's position among the step's ops, filled by Trace::compute
 };
@@ -164,6 +167,11 @@ class ComputeModel {
   // The same for ops held elsewhere (a replay's trace), into *out (cleared first): a replay
   // lowers thousands of runs, and neither copies their ops nor allocates kernels anew.
   void lower(const std::vector<const OpDesc*>& ops, std::vector<Kernel>* out) const;
+  // The one kernel of that lowering that starts at ops[i], into *kernel; returns where the
+  // next starts. Which ops a kernel holds follows from the ops' kinds alone (never their
+  // sizes); its figures read only its ops and, for a chain fused into a matmul's epilogue,
+  // ops[i - 1].
+  size_t lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel) const;
   // The fraction of its speed a kernel keeps while a collective runs beside it.
   double rate_under_comm(const Kernel& k) const;
 

@@ -192,6 +192,10 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
   std::vector<Kernel>& out = *kernels;
   out.clear();
   out.reserve(ops.size());  // at most a kernel per op: no regrowth, and each kernel is built in place
+  for (size_t i = 0; i < ops.size();) i = lower_at(ops, i, &out.emplace_back());
+}
+
+size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel) const {
   // The categories interned once: a kernel's category is then a pointer (it was a strlen and
   // a string copy per kernel, and the timeline compared it with its last category's text).
   static const InternedName kCategory[] = {op_kind_name(OpKind::kMatmul),      op_kind_name(OpKind::kAttention),
@@ -200,70 +204,66 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
                                            op_kind_name(OpKind::kFused)};
   static_assert(static_cast<int>(OpKind::kFused) == 6, "kCategory lists every OpKind in order");
   const ExecutionOverheads& o = overheads_;
+  Kernel& k = *kernel;
+  k = Kernel{};
   // An op outside the blocks of a compiler that covers only them runs as eager runs it.
   auto eager_here = [&](const OpDesc& op) { return o.outside_blocks_eager && op.outside_blocks; };
   auto fuses = [&](const OpDesc& op) { return o.fuse_elementwise && fusable(op.kind) && !eager_here(op); };
-  size_t i = 0;
-  while (i < ops.size()) {
-    const OpDesc& op = *ops[i];
-    if (!fuses(op)) {
-      const bool eager = eager_here(op);
-      const double host_s = eager ? o.outside_host_per_op_s
-                            : op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
-      Kernel& k = out.emplace_back();
-      k.category = kCategory[static_cast<int>(op.kind)];
-      const KernelTime kt = kernel_time(op);
-      k.compute_s = kt.compute_s;
-      k.memory_s = kt.memory_s;
-      k.exec_s = combine(kt.compute_s, kt.memory_s);
-      k.basis = basis_of(op, kt);
-      k.host_s = host_s;
-      k.ops = 1;
-      k.lead = &op.name.str();
-      if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
-      else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
-        k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
-      else k.flops = op.flops;
-      k.bytes = op.bytes_read + op.bytes_written;
-      // Views launch nothing on the device; eager still dispatches them on the host.
-      k.launch_s = op.kind == OpKind::kView ? 0 : eager ? o.outside_launch_per_kernel_s : o.launch_per_kernel_s;
-      ++i;
-      continue;
-    }
-    // A chain of fusable ops becomes one kernel.
-    Kernel& k = out.emplace_back();
-    k.category = kCategory[static_cast<int>(OpKind::kElementwise)];
-    double flops = 0;
-    int64_t real_ops = 0;
-    bool has_reduction = false;
-    size_t j = i;
-    for (; j < ops.size() && fuses(*ops[j]); ++j) {
-      const OpDesc& f = *ops[j];
-      k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
-      ++k.ops;
-      if (f.kind == OpKind::kView) continue;
-      if (!k.lead) k.lead = &f.name.str();
-      ++real_ops;
-      has_reduction |= f.kind == OpKind::kReduction;
-      flops += f.flops;
-    }
-    if (has_reduction) k.category = kCategory[static_cast<int>(OpKind::kReduction)];
-    // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
-    // matmul's accumulators, not from HBM, and needs no launch of its own.
-    const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
-                           ? ops[i - 1] : nullptr;
-    const double bytes = fused_bytes(ops, i, j, mm);
-    k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
-    k.memory_s = memory_s(bytes);
-    k.exec_s = combine(k.compute_s, k.memory_s);
-    k.basis = real_ops == 0 ? CostBasis::kNone
-              : k.memory_s >= k.compute_s ? CostBasis::kMemory : CostBasis::kVector;
-    k.bytes = static_cast<int64_t>(bytes);
-    k.flops = flops;
-    k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
-    k.chain = real_ops > 1;
-    i = j;
+  const OpDesc& op = *ops[i];
+  if (!fuses(op)) {
+    const bool eager = eager_here(op);
+    const double host_s = eager ? o.outside_host_per_op_s
+                          : op.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
+    k.category = kCategory[static_cast<int>(op.kind)];
+    const KernelTime kt = kernel_time(op);
+    k.compute_s = kt.compute_s;
+    k.memory_s = kt.memory_s;
+    k.exec_s = combine(kt.compute_s, kt.memory_s);
+    k.basis = basis_of(op, kt);
+    k.host_s = host_s;
+    k.ops = 1;
+    k.lead = &op.name.str();
+    if (op.kind == OpKind::kAttention) k.flops = attention_flops(op.attn);
+    else if (op.kind == OpKind::kMatmul && op.mm.m > 0)
+      k.flops = 2.0 * static_cast<double>(op.mm.batch) * op.mm.m * op.mm.n * op.mm.k;
+    else k.flops = op.flops;
+    k.bytes = op.bytes_read + op.bytes_written;
+    // Views launch nothing on the device; eager still dispatches them on the host.
+    k.launch_s = op.kind == OpKind::kView ? 0 : eager ? o.outside_launch_per_kernel_s : o.launch_per_kernel_s;
+    return i + 1;
   }
+  // A chain of fusable ops becomes one kernel.
+  k.category = kCategory[static_cast<int>(OpKind::kElementwise)];
+  double flops = 0;
+  int64_t real_ops = 0;
+  bool has_reduction = false;
+  size_t j = i;
+  for (; j < ops.size() && fuses(*ops[j]); ++j) {
+    const OpDesc& f = *ops[j];
+    k.host_s += f.kind == OpKind::kView ? o.host_per_view_s : o.host_per_op_s;
+    ++k.ops;
+    if (f.kind == OpKind::kView) continue;
+    if (!k.lead) k.lead = &f.name.str();
+    ++real_ops;
+    has_reduction |= f.kind == OpKind::kReduction;
+    flops += f.flops;
+  }
+  if (has_reduction) k.category = kCategory[static_cast<int>(OpKind::kReduction)];
+  // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
+  // matmul's accumulators, not from HBM, and needs no launch of its own.
+  const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
+                         ? ops[i - 1] : nullptr;
+  const double bytes = fused_bytes(ops, i, j, mm);
+  k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
+  k.memory_s = memory_s(bytes);
+  k.exec_s = combine(k.compute_s, k.memory_s);
+  k.basis = real_ops == 0 ? CostBasis::kNone
+            : k.memory_s >= k.compute_s ? CostBasis::kMemory : CostBasis::kVector;
+  k.bytes = static_cast<int64_t>(bytes);
+  k.flops = flops;
+  k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
+  k.chain = real_ops > 1;
+  return j;
 }
 
 }  // namespace titan::devices

@@ -121,6 +121,13 @@ std::optional<ReplayMemo::Key> ReplayMemo::key(const Trace& trace, const Placeme
   return k;
 }
 
+LoweringMemo& ReplayMemo::lowering(const ChipSpec& chip, ExecutionMode mode) {
+  for (const auto& l : lowerings_)
+    if (l->mode == mode && same_chip(l->chip, chip)) return l->memo;
+  lowerings_.push_back(std::make_unique<Lowerings>(Lowerings{chip, mode, LoweringMemo()}));
+  return lowerings_.back()->memo;
+}
+
 ReplayMemo::PerTrace* ReplayMemo::find(const Key& key) {
   if (key.chip >= chips_.size()) return nullptr;
   auto& traces = chips_[key.chip]->traces;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "devices/chip_catalog.h"
+#include "devices/lowering_memo.h"
 #include "devices/placement.h"
 #include "devices/trace.h"
 
@@ -58,6 +59,10 @@ class ReplayMemo {
   void keep(const Key& key, const StepReport& report);
   void keep(const Key& key, double step_time_s);
 
+  // The lowerings kept for this chip and execution mode (devices/lowering_memo.h); the
+  // reference stays valid for the memo's life.
+  LoweringMemo& lowering(const ChipSpec& chip, ExecutionMode mode);
+
   int64_t hits = 0, misses = 0;
 
  private:
@@ -82,6 +87,12 @@ class ReplayMemo {
   size_t capacity_;
   size_t size_ = 0;
   std::vector<std::unique_ptr<PerChip>> chips_;
+  struct Lowerings {
+    ChipSpec chip;
+    ExecutionMode mode;
+    LoweringMemo memo;
+  };
+  std::vector<std::unique_ptr<Lowerings>> lowerings_;  // not emptied with chips_: replays hold them
 };
 
 }  // namespace titan::devices

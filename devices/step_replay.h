@@ -12,6 +12,7 @@
 
 #include "common/id_map.h"
 #include "devices/collective_matmul.h"
+#include "devices/replay_memo.h"
 #include "devices/step_simulator.h"
 
 namespace titan::devices::detail {
@@ -35,6 +36,7 @@ class Replay {
     compute_ = timeline_.add_stream("compute", false);
     host_ = timeline_.add_stream("host", StreamKind::kHost);
     sep_launch_ = o.separate_launch_s >= 0 ? o.separate_launch_s : separate_launch_s(chip);
+    if (o.memo) lowering_ = &o.memo->lowering(chip, o.execution);
   }
 
   void run(const Trace& trace);
@@ -135,6 +137,8 @@ class Replay {
   IdMap<int64_t> work_task_;  // work handle -> its task (handles are numbered 0, 1, ...)
   std::vector<const OpDesc*> pending_ops_;
   std::vector<Kernel> kernels_buf_;  // flush_ops' lowering, reused
+  LoweringMemo* lowering_ = nullptr;  // the caller's memo's, if any
+  uint64_t ops_id_ = 0;               // the trace being run's (Trace::ops_id)
   std::vector<int64_t> next_compute_deps_;
   // Async TP: each decomposed all-gather's ring steps by the work handles it serves; the
   // steps of the one just waited on, which the next compute run overlaps; the chunk ends of

@@ -41,6 +41,7 @@ void Replay::run(const Trace& trace) {
   // A host and a compute task per kernel, a task per collective: at most about two per event
   // (reserved, so that thousands of tasks are not moved as the timeline grows).
   timeline_.reserve(2 * trace.size());
+  ops_id_ = trace.ops_id();
   for (const TraceEvent& e : trace.events()) {
     switch (e.type) {
       case TraceEvent::Type::kCompute:
@@ -147,7 +148,8 @@ int Replay::comm_stream(const std::string& name) {
 void Replay::flush_ops(const CollectiveDesc* next) {
   if (pending_ops_.empty()) return;
   close_bucket();  // compute between collectives ends a coalescing run
-  model_.lower(pending_ops_, &kernels_buf_);
+  if (lowering_) lowering_->lower(model_, ops_id_, pending_ops_, &kernels_buf_);
+  else model_.lower(pending_ops_, &kernels_buf_);
   // Async TP: the matmuls a decomposed all-gather feeds (the run's start) and those feeding
   // a decomposed reduce-scatter issued next (its end) run in chunks beside the ring steps.
   KernelSpan fed, feeding;

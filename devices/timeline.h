@@ -42,14 +42,23 @@ struct TimelineTask {
 
   // Every field back to its default above, the vectors keeping their room (a replay fills
   // one task per kernel and collective).
+  // Field by field: building a default task and moving it in zeroed it with a `rep stos`, a
+  // fiftieth of a study's CPU.
   void reset() {
-    std::vector<int64_t> d = std::move(deps);
-    std::vector<int> l = std::move(links);
-    *this = TimelineTask{};
-    d.clear(), l.clear();
-    deps = std::move(d), links = std::move(l);
+    static const TimelineTask kDefault;
+    stream = kDefault.stream;
+    duration_s = kDefault.duration_s, ready_s = kDefault.ready_s;
+    deps.clear();
+    category = kDefault.category;
+    overhead_s = kDefault.overhead_s;
+    overhead_category = kDefault.overhead_category;
+    shared_s = kDefault.shared_s;
+    links.clear();
+    rate_under_comm = kDefault.rate_under_comm;
+    basis = kDefault.basis, overhead_basis = kDefault.overhead_basis, slowdown_basis = kDefault.slowdown_basis;
   }
 };
+static_assert(sizeof(TimelineTask) == 128, "TimelineTask changed: reset the new field in reset()");
 
 struct TaskTiming {
   double start_s = 0;

@@ -23,7 +23,7 @@ const InternedName& default_comm_stream() {
 // it was read. A view aliases its input's storage: it neither produces nor consumes data.
 // The event is made in place: a TraceEvent is a few hundred bytes, moved once less per op.
 void Trace::compute(OpDesc&& op) {
-  content_id_ = 0;
+  content_id_ = ops_id_ = 0;
   TraceEvent& e = events_.emplace_back();
   op_event_.push_back(events_.size() - 1);
   e.type = TraceEvent::Type::kCompute;
@@ -45,7 +45,7 @@ void Trace::compute(OpDesc&& op) {
 }
 
 int64_t Trace::issue(const CollectiveDesc& c) {
-  content_id_ = 0;
+  content_id_ = ops_id_ = 0;
   TraceEvent e;
   e.type = TraceEvent::Type::kIssue;
   e.collective = c;
@@ -57,7 +57,7 @@ int64_t Trace::issue(const CollectiveDesc& c) {
 
 void Trace::wait(int64_t work) {
   TITAN_CHECK(work >= 0 && work < next_work_, "wait on unknown work ", work);
-  content_id_ = 0;
+  content_id_ = ops_id_ = 0;
   TraceEvent e;
   e.type = TraceEvent::Type::kWait;
   e.work = work;
@@ -65,7 +65,7 @@ void Trace::wait(int64_t work) {
 }
 
 std::vector<TraceEvent> Trace::take_events() {
-  content_id_ = 0;
+  content_id_ = ops_id_ = 0;
   std::vector<TraceEvent> out = std::move(events_);
   events_.clear();
   op_event_.clear();
@@ -80,7 +80,7 @@ std::vector<TraceEvent> Trace::take_events() {
 void Trace::add_writes(std::vector<std::pair<int64_t, TensorUse>> writes) {
   std::stable_sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (writes.empty()) return;
-  content_id_ = 0;
+  content_id_ = ops_id_ = 0;
   // Checked before any is added, so that a bad index leaves the trace as it was.
   const int64_t lo = writes.front().first, hi = writes.back().first;
   TITAN_CHECK(lo >= 0 && static_cast<size_t>(hi) < op_event_.size(), "a write added to op ", lo < 0 ? lo : hi, " of ",

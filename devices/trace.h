@@ -91,6 +91,19 @@ class Trace {
   void set_content_id(uint64_t id) { content_id_ = id; }
   // A name no trace of this process had before.
   static uint64_t new_content_id();
+  // Names the trace's compute ops: traces with the same ops_id hold the same ops at the same op
+  // indices, apart from the sizes of those marked OpDesc::resized, and the same ops marked. A
+  // probe names its traces' ops as it names their events. Shard resizing marks the ops whose
+  // sizes it rewrites, the same ones at every degree, and renames the trace's ops
+  // (mark_ops_resized) where it drops content_id. Every change through this class drops the
+  // name; 0: unnamed. A replay reuses the kernels it lowered for a run of named ops
+  // (devices/lowering_memo.h).
+  uint64_t ops_id() const { return ops_id_; }
+  void set_ops_id(uint64_t id) { ops_id_ = id; }
+  // The name every resize of a probe's trace gives its ops (content ids never reach the bit).
+  void mark_ops_resized() {
+    if (ops_id_ != 0) ops_id_ |= uint64_t{1} << 63;
+  }
 
  private:
   struct Writer {
@@ -105,7 +118,7 @@ class Trace {
   int64_t next_work_ = 0;
   std::vector<StorageRecord> storages_;
   std::vector<StorageResize> resizes_;
-  uint64_t content_id_ = 0;
+  uint64_t content_id_ = 0, ops_id_ = 0;
 };
 
 }  // namespace titan::devices

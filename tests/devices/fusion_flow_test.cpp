@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "devices/step_simulator.h"
+#include "tests/devices/transformer_trace.h"
 
 namespace titan::devices {
 namespace TITAN_UNIT_ID {
@@ -10,25 +11,17 @@ namespace {
 
 constexpr int64_t kMB = 1000 * 1000;
 
-OpDesc pointwise(const char* name, std::vector<TensorUse> reads, std::vector<TensorUse> writes) {
-  int64_t r = 0, w = 0;
-  for (const auto& t : reads) r += t.bytes;
-  for (const auto& t : writes) w += t.bytes;
-  OpDesc op = pointwise_op(name, OpKind::kElementwise, r, w);
-  op.reads = std::move(reads);
-  op.writes = std::move(writes);
-  return op;
-}
+using testing::elementwise;
 
 // x -> a = f(x) -> b = g(a) -> c = h(b, a); later an op reads a again (saved for backward).
 std::vector<OpDesc> linked_ops(bool a_read_later) {
   Trace t;
   const TensorUse x{1, 100 * kMB}, a{2, 100 * kMB}, b{3, 100 * kMB}, c{4, 100 * kMB};
-  t.compute(pointwise("aten::mul", {x}, {a}));
-  t.compute(pointwise("aten::silu", {a}, {b}));
-  t.compute(pointwise("aten::add", {b, a}, {c}));
+  t.compute(elementwise("aten::mul", {x}, {a}));
+  t.compute(elementwise("aten::silu", {a}, {b}));
+  t.compute(elementwise("aten::add", {b, a}, {c}));
   t.compute(matmul_op("aten::mm", {1, 1024, 1024, 1024}));  // breaks the chain
-  if (a_read_later) t.compute(pointwise("aten::neg", {a}, {TensorUse{5, 100 * kMB}}));
+  if (a_read_later) t.compute(elementwise("aten::neg", {a}, {TensorUse{5, 100 * kMB}}));
   std::vector<OpDesc> ops;
   for (const TraceEvent& e : t.events()) ops.push_back(e.op);
   return ops;
@@ -61,7 +54,7 @@ TEST(FusionFlow, CompiledEpilogueReadsTheMatmulFromItsAccumulators) {
   const TensorUse out{7, mm.bytes_written}, act{8, mm.bytes_written};
   mm.writes = {out};
   t.compute(mm);
-  t.compute(pointwise("aten::silu", {out}, {act}));
+  t.compute(elementwise("aten::silu", {out}, {act}));
   std::vector<OpDesc> ops;
   for (const TraceEvent& e : t.events()) ops.push_back(e.op);
   auto k = ComputeModel(find_chip("tpu-v7"), ExecutionMode::kCompiled).lower(ops);

@@ -15,6 +15,18 @@ struct SyntheticStep {
   int64_t tp = 1;
 };
 
+// An elementwise op over these tensors, its byte counts theirs (the data flow is linked when
+// a trace records it).
+inline OpDesc elementwise(const char* name, std::vector<TensorUse> reads, std::vector<TensorUse> writes) {
+  int64_t r = 0, w = 0;
+  for (const auto& t : reads) r += t.bytes;
+  for (const auto& t : writes) w += t.bytes;
+  OpDesc op = pointwise_op(name, OpKind::kElementwise, r, w);
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  return op;
+}
+
 inline void pointwise(Trace& t, int n, int64_t bytes) {
   for (int i = 0; i < n; ++i)
     t.compute(pointwise_op("aten::mul", OpKind::kElementwise, bytes, bytes));

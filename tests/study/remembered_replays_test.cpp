@@ -1,8 +1,10 @@
-// Remembered replays of resized pipeline steps: a probe's traces are named, resizing keeps the
-// name of exactly the traces it leaves as the probe recorded them, and a study's memo
+// Remembered replays of resized steps: a probe's traces are named, resizing keeps the name of
+// exactly the traces it leaves as the probe recorded them, and a study's memo
 // (devices/replay_memo.h) then answers for them at other degrees with what a replay makes:
 // replays through one memo across degrees, in an order that goes back and forth across
-// bucket splits, equal replays of fresh resizes without one.
+// bucket splits, equal replays of fresh resizes without one. The same holds for the kernels
+// the memo keeps of each run of a probe's ops (devices/lowering_memo.h), which serve every
+// resized step, single-stage ones included.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,6 +28,30 @@ const std::vector<std::string> kPipeline = {"--parallelism.pipeline_parallel_deg
                                             "--activation_checkpoint.mode", "none",
                                             "--training.local_batch_size", "2",
                                             "--parallelism.pipeline_parallel_microbatch_size", "1"};
+
+void expect_same_result(const SimulationResult& a, const SimulationResult& b, const std::string& what) {
+  EXPECT_EQ(a.report.step_time_s, b.report.step_time_s) << what;
+  EXPECT_EQ(a.report.compute_s, b.report.compute_s) << what;
+  EXPECT_EQ(a.report.exposed_comm_s, b.report.exposed_comm_s) << what;
+  EXPECT_EQ(a.report.idle_s, b.report.idle_s) << what;
+  EXPECT_EQ(a.report.executed_flops, b.report.executed_flops) << what;
+  EXPECT_EQ(a.report.layout, b.report.layout) << what;
+  EXPECT_EQ(a.pipeline_bubble_fraction, b.pipeline_bubble_fraction) << what;
+  EXPECT_EQ(a.mfu_percent, b.mfu_percent) << what;
+  ASSERT_EQ(a.report.costs.size(), b.report.costs.size()) << what;
+  for (size_t i = 0; i < a.report.costs.size(); ++i) {
+    EXPECT_EQ(a.report.costs[i].category, b.report.costs[i].category) << what;
+    EXPECT_EQ(a.report.costs[i].seconds, b.report.costs[i].seconds) << what;
+  }
+  ASSERT_EQ(a.report.op_costs.size(), b.report.op_costs.size()) << what;
+  for (size_t i = 0; i < a.report.op_costs.size(); ++i) {
+    EXPECT_EQ(a.report.op_costs[i].category, b.report.op_costs[i].category) << what;
+    EXPECT_EQ(a.report.op_costs[i].seconds, b.report.op_costs[i].seconds) << what;
+  }
+  ASSERT_EQ(a.exposed_comm_by_kind.size(), b.exposed_comm_by_kind.size()) << what;
+  for (size_t i = 0; i < a.exposed_comm_by_kind.size(); ++i)
+    EXPECT_EQ(a.exposed_comm_by_kind[i].seconds, b.exposed_comm_by_kind[i].seconds) << what;
+}
 
 JobConfig at_degree(std::vector<std::string> args, int64_t w, int64_t others) {
   args.insert(args.end(), {"--parallelism.data_parallel_shard_degree", std::to_string(w), "--simulation.num_chips",
@@ -81,25 +107,39 @@ TEST(RememberedReplays, ResizedPipelineStepsReplayAsWithoutTheMemo) {
       const devices::Placement placement =
           devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(fresh.dims), cfg.simulation.topology);
       const SimulationResult a = replay_step(cfg, fresh, chip, placement);
-      const SimulationResult b = replay_step(cfg, reused, chip, placement, /*keep_events=*/false, &memo);
-      EXPECT_EQ(a.report.step_time_s, b.report.step_time_s) << what;
-      EXPECT_EQ(a.report.compute_s, b.report.compute_s) << what;
-      EXPECT_EQ(a.report.exposed_comm_s, b.report.exposed_comm_s) << what;
-      EXPECT_EQ(a.report.idle_s, b.report.idle_s) << what;
-      EXPECT_EQ(a.report.layout, b.report.layout) << what;
-      EXPECT_EQ(a.pipeline_bubble_fraction, b.pipeline_bubble_fraction) << what;
-      EXPECT_EQ(a.mfu_percent, b.mfu_percent) << what;
-      ASSERT_EQ(a.report.costs.size(), b.report.costs.size()) << what;
-      for (size_t i = 0; i < a.report.costs.size(); ++i) {
-        EXPECT_EQ(a.report.costs[i].category, b.report.costs[i].category) << what;
-        EXPECT_EQ(a.report.costs[i].seconds, b.report.costs[i].seconds) << what;
-      }
-      ASSERT_EQ(a.exposed_comm_by_kind.size(), b.exposed_comm_by_kind.size()) << what;
-      for (size_t i = 0; i < a.exposed_comm_by_kind.size(); ++i)
-        EXPECT_EQ(a.exposed_comm_by_kind[i].seconds, b.exposed_comm_by_kind[i].seconds) << what;
+      expect_same_result(a, replay_step(cfg, reused, chip, placement, /*keep_events=*/false, &memo), what);
     }
     EXPECT_GT(kept_names, 0);  // some segments hold no shard-sized tensor nor FSDP collective
     EXPECT_GT(memo.hits, 0);
+  }
+}
+
+// Its lowerings are remembered all the same (devices/lowering_memo.h): single-stage steps
+// resized back and forth through one memo replay as fresh resizes without it, in place or not.
+TEST(RememberedReplays, ResizedSingleStageStepsReplayAsWithoutTheMemo) {
+  for (const std::string mode : {"fused", "separate"}) {
+    SCOPED_TRACE(mode);
+    const std::vector<std::string> args = {"--comm.collective_mode", mode};
+    const ProbeRecording probe = record_probe(at_degree(args, 2, 1));
+    devices::ReplayMemo memo;
+    RecordedStep reused;
+    ResizeState state;
+    for (int64_t w : {64, 2, 8, 64, 4}) {
+      const JobConfig cfg = at_degree(args, w, 1);
+      const std::string what = mode + " at dp_shard " + std::to_string(w);
+      RecordedStep fresh;
+      std::string why;
+      ASSERT_TRUE(resize_for_shard_degree(probe, cfg, &fresh, &why)) << what << ": " << why;
+      ASSERT_TRUE(resize_for_shard_degree(probe, cfg, &reused, &why, &state)) << what << ": " << why;
+      const devices::ChipSpec chip = simulated_chip(cfg);
+      const devices::Placement placement =
+          devices::place_on_device(chip, cfg.simulation.num_chips, mesh_dims(fresh.dims), cfg.simulation.topology);
+      const SimulationResult a = replay_step(cfg, fresh, chip, placement);
+      expect_same_result(a, replay_step(cfg, reused, chip, placement, /*keep_events=*/false, &memo), what);
+      expect_same_result(a, replay_step(cfg, fresh, chip, placement, /*keep_events=*/false, &memo), what + ", fresh");
+    }
+    const JobConfig cfg = at_degree(args, 2, 1);
+    EXPECT_GT(memo.lowering(simulated_chip(cfg), execution_mode(cfg)).hits, 0);
   }
 }
 

@@ -11,7 +11,7 @@ namespace titan {
 namespace wire {
 
 // As in recording_wire_trace.cpp: a field added to these structs must be carried here too.
-static_assert(sizeof(RecordedStep) - sizeof(devices::ChipSpec) - sizeof(devices::Placement) == 376 &&
+static_assert(sizeof(RecordedStep) - sizeof(devices::ChipSpec) - sizeof(devices::Placement) == 384 &&
                   sizeof(ParallelDims) == 48,
               "a recorded step changed: carry the new fields in recording_wire.cpp, then update these sizes");
 

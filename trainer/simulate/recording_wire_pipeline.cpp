@@ -4,7 +4,7 @@
 namespace titan::wire {
 
 // As in recording_wire_trace.cpp: a field added to these structs must be carried here too.
-static_assert(sizeof(RecordedPipeline) == 376 && sizeof(PipelineSegment) == 224 && sizeof(PipeSchedule) == 96,
+static_assert(sizeof(RecordedPipeline) == 376 && sizeof(PipelineSegment) == 232 && sizeof(PipeSchedule) == 96,
               "a recorded pipeline's parts changed: carry the new fields in recording_wire_pipeline.cpp, then "
               "update these sizes");
 

@@ -5,11 +5,12 @@ namespace titan::wire {
 
 // A field added to one of these structs must be carried here too (or the recorder processes
 // would drop it silently): each size is checked, so that such a change stops the build here.
-// Not carried: Trace::content_id, a name that holds within one process only (make_probe names
-// a probe decoded here).
+// Not carried: Trace::content_id and ops_id, names that hold within one process only
+// (make_probe names a probe decoded here), and OpDesc::resized, which only shard resizing
+// sets (a recording is sent before any resize).
 static_assert(
     sizeof(devices::OpDesc) == 224 && sizeof(devices::CollectiveDesc) == 32 &&
-        sizeof(devices::TraceEvent) == 272 && sizeof(devices::Trace) == 192,
+        sizeof(devices::TraceEvent) == 272 && sizeof(devices::Trace) == 200,
     "devices::Trace changed: carry the new fields in recording_wire_trace.cpp, then update these sizes");
 static_assert(sizeof(SimCollectiveEvent) == 136,
               "SimCollectiveEvent changed: carry the new fields in recording_wire_trace.cpp, then update its size");

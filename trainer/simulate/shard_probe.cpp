@@ -111,10 +111,14 @@ ProbeRecording make_probe(RecordedStep step, int64_t degree, ShardNotes notes, c
   out.step = std::move(step);
   // The probe's events are final: each trace is named, and a step resized from it keeps the
   // names of the traces resizing leaves as they are (replays of them are then remembered
-  // across degrees, devices/replay_memo.h).
+  // across degrees, devices/replay_memo.h), and every trace's ops name (their lowerings
+  // are remembered, devices/lowering_memo.h).
   const size_t ranks = out.step.pipeline ? out.step.pipeline->ranks.size() : 1;
   for (size_t q = 0; q < ranks; ++q)
-    for (devices::Trace* t : rank_traces(out.step, q)) t->set_content_id(devices::Trace::new_content_id());
+    for (devices::Trace* t : rank_traces(out.step, q)) {
+      t->set_content_id(devices::Trace::new_content_id());
+      t->set_ops_id(t->content_id());
+    }
   out.degree = degree;
   out.plan = std::make_shared<ShardPlan>();
   out.plan->notes = std::move(notes);

@@ -106,18 +106,22 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
     if (restore) restore_moved(probe, q, r, buckets[q], events, &where);
     // A probe event where it is now: rebucket moved the events of the traces it rebuilt. A
     // trace whose sizes follow the degree is no longer the probe's, so its name goes; the
-    // others keep the probe's (every trace rebucketing moves holds a collective of r's).
+    // others keep the probe's (every trace rebucketing moves holds a collective of r's). Its
+    // ops are renamed as resized (Trace::ops_id), and those whose sizes are written marked.
     auto at = [&](uint32_t ti, uint32_t ei) -> TraceEvent& {
       traces[ti]->set_content_id(0);
+      traces[ti]->mark_ops_resized();
       const bool moved = in_place && ti < where.moved.size() && !where.moved[ti].empty();
       return (*events[ti])[moved ? where.moved[ti][ei] : ei];
     };
     for (const auto& u : r.uses) {
       devices::OpDesc& op = at(u.trace, u.event).op;
       (u.write ? op.writes : op.reads)[u.slot].bytes = resized(u.numel, u.padded, u.elem);
+      op.resized = true;
     }
     for (const auto& p : r.pointwise) {
       devices::OpDesc& op = at(p.trace, p.event).op;
+      op.resized = true;
       op.bytes_read = op.bytes_written = 0;
       for (const auto& u : op.reads) op.bytes_read += u.bytes;
       for (const auto& u : op.writes) op.bytes_written += u.bytes;
