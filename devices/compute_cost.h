@@ -119,7 +119,7 @@ struct Kernel {
   int64_t ops = 0;       // recorded ops folded into it
   CostBasis basis = CostBasis::kNone;
   // For the report by op: the name of its op (a fused chain: its first non-view op's) and
-  // whether it fused several. Points into the ops it was lowered from.
+  // whether it fused several. The op's interned name (OpDesc::name): one address per name.
   const std::string* lead = nullptr;
   bool chain = false;
 };

@@ -153,7 +153,8 @@ class Replay {
   double flops_ = 0;
   int64_t ops_ = 0, kernels_ = 0, collectives_ = 0;
   // Kernel execution seconds by op name: single ops, and fused chains by their first op.
-  std::unordered_map<std::string, double> op_seconds_, chain_seconds_;
+  // By the op's interned name (Kernel::lead: one address per name), not hashed as text per kernel.
+  std::unordered_map<const std::string*, double> op_seconds_, chain_seconds_;
 };
 
 }  // namespace titan::devices::detail

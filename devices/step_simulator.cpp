@@ -89,8 +89,8 @@ StepReport Replay::report() const {
   r.collectives = collectives_;
   r.streams = s.streams;
   for (const auto& c : s.categories) r.costs.push_back({c.first, c.second});
-  for (const auto& [name, sec] : op_seconds_) r.op_costs.push_back({name, sec});
-  for (const auto& [name, sec] : chain_seconds_) r.op_costs.push_back({"fused from " + name, sec});
+  for (const auto& [name, sec] : op_seconds_) r.op_costs.push_back({*name, sec});
+  for (const auto& [name, sec] : chain_seconds_) r.op_costs.push_back({"fused from " + *name, sec});
   std::sort(r.op_costs.begin(), r.op_costs.end(), [](const CostItem& a, const CostItem& b) {
     return a.seconds != b.seconds ? a.seconds > b.seconds : a.category < b.category;
   });
@@ -211,7 +211,7 @@ int64_t Replay::add_compute(const Kernel& k, double share, bool launch, int basi
 
 void Replay::count_kernel(const Kernel& k) {
   if (time_only_) return;
-  if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[*k.lead] += k.exec_s;
+  if (k.lead) (k.chain ? chain_seconds_ : op_seconds_)[k.lead] += k.exec_s;
   flops_ += k.flops;
   ++kernels_;
 }

@@ -41,6 +41,8 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     bool next_adds = false;     // that op is an add (a gradient accumulation)
   };
   std::vector<Seen> seen(storages.size() + 1);
+  // Interned: compared by address per use (as text they were a tenth of this walk).
+  static const InternedName add("aten::add"), add_("aten::add_");
   LiveRanges out;
   out.storages = storages.size();
   out.resizes = resizes.size();
@@ -86,7 +88,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
             }
           }
           if (s.made_at >= 0 && at > s.made_at && s.next_at < 0 && e.op.kind != OpKind::kView)
-            s.next_at = at, s.next_adds = e.op.name == "aten::add_" || e.op.name == "aten::add";
+            s.next_at = at, s.next_adds = e.op.name == add_ || e.op.name == add;
           s.last = at;
           s.bytes = std::max(s.bytes, u.bytes);
           if (auto* t = touches.find(u.id); t && (t->empty() || t->back() != at)) t->push_back(at);
@@ -94,10 +96,10 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     }
   }
 
-  std::unordered_map<std::string, uint32_t> maker_index;
+  std::unordered_map<const std::string*, uint32_t> maker_index;  // by interned name: one address each
   auto maker = [&](const std::string* name) -> uint32_t {
     if (!name) return 0;
-    auto [it, added] = maker_index.try_emplace(*name, static_cast<uint32_t>(out.makers.size()));
+    auto [it, added] = maker_index.try_emplace(name, static_cast<uint32_t>(out.makers.size()));
     if (added) out.makers.push_back(*name);
     return it->second;
   };
