@@ -124,6 +124,20 @@ struct Kernel {
   bool chain = false;
 };
 
+// The tensor uses a fused chain moves through HBM, by their place in the run of ops it was
+// lowered from, in the order its byte count adds them. Which uses cross the chain's boundary
+// follows from the data flow, which shard resizing leaves: a chain whose sizes were rewritten
+// is costed again from these (ComputeModel::recost_chain) without walking its data flow.
+struct ChainTraffic {
+  struct At {
+    uint32_t op = 0, slot = 0;  // ops[op]'s reads (or writes) [slot]
+  };
+  std::vector<At> reads, writes;
+  bool chain = false;  // lower_at made a fused chain (else a kernel of one op, and no traffic)
+  bool flow = false;   // false: some op has no data flow (the byte count's other rule applies)
+  double bytes(const std::vector<const OpDesc*>& ops) const;
+};
+
 // Per-op and per-kernel overheads of an execution mode on a chip (its [dispatch] figures; the
 // cpu device's are measured, see compute_cost.cpp).
 struct ExecutionOverheads {
@@ -171,7 +185,13 @@ class ComputeModel {
   // next starts. Which ops a kernel holds follows from the ops' kinds alone (never their
   // sizes); its figures read only its ops and, for a chain fused into a matmul's epilogue,
   // ops[i - 1].
-  size_t lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel) const;
+  // traffic (a fused chain only): where its bytes came from, for recost_chain.
+  size_t lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel,
+                  ChainTraffic* traffic = nullptr) const;
+  // The fused chain lower_at made of ops[i, j) with this traffic, costed again from the ops'
+  // sizes now (the same ops, kinds and data flow): its FLOPs, bytes, times and basis.
+  void recost_chain(const std::vector<const OpDesc*>& ops, size_t i, size_t j, const ChainTraffic& traffic,
+                    Kernel* kernel) const;
   // The fraction of its speed a kernel keeps while a collective runs beside it.
   double rate_under_comm(const Kernel& k) const;
 
@@ -184,7 +204,10 @@ class ComputeModel {
   };
   KernelTime kernel_time(const OpDesc& op) const;
   CostBasis basis_of(const OpDesc& op, const KernelTime& t) const;
-  double fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j, const OpDesc* mm) const;
+  double fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j, const OpDesc* mm,
+                     ChainTraffic* traffic = nullptr) const;
+  // A chain's figures from its FLOPs and bytes (real_ops: its ops other than views).
+  void finish_chain(Kernel* k, double flops, double bytes, int64_t real_ops, bool epilogue) const;
   double memory_s(double bytes) const;
   double combine(double compute_s, double memory_s) const;
   double compute_s(double flops, double efficiency) const;

@@ -139,8 +139,15 @@ bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode) {
 // optimizer's state). Without it (synthetic traces), each op is assumed to consume its
 // predecessor's output in registers and only the chain's last output is written:
 //   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
+double ChainTraffic::bytes(const std::vector<const OpDesc*>& ops) const {
+  double r = 0, w = 0;
+  for (const At& a : reads) r += static_cast<double>(ops[a.op]->reads[a.slot].bytes);
+  for (const At& a : writes) w += static_cast<double>(ops[a.op]->writes[a.slot].bytes);
+  return r + w;
+}
+
 double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
-                                 const OpDesc* mm) const {
+                                 const OpDesc* mm, ChainTraffic* traffic) const {
   // The data flow's sums in one pass over the ops, dropped at the first op without it: a
   // first pass to check that every op has it walked the chain's scattered ops twice.
   double reads = 0, writes = 0;
@@ -156,15 +163,22 @@ double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i
         flow = false;
         break;
       }
-      for (const TensorUse& u : f.reads) {
+      for (size_t k = 0; k < f.reads.size(); ++k) {
+        const TensorUse& u = f.reads[k];
         if ((u.flow >= first && u.flow <= last) || (mm && u.flow == mm->index)) continue;
         if (!seen.insert(u.id)) continue;
         reads += static_cast<double>(u.bytes);
+        if (traffic) traffic->reads.push_back({static_cast<uint32_t>(x), static_cast<uint32_t>(k)});
       }
-      for (const TensorUse& u : f.writes)
-        if (u.flow < 0 || u.flow > last) writes += static_cast<double>(u.bytes);
+      for (size_t k = 0; k < f.writes.size(); ++k) {
+        const TensorUse& u = f.writes[k];
+        if (u.flow >= 0 && u.flow <= last) continue;
+        writes += static_cast<double>(u.bytes);
+        if (traffic) traffic->writes.push_back({static_cast<uint32_t>(x), static_cast<uint32_t>(k)});
+      }
     }
   }
+  if (traffic) traffic->flow = flow;
   if (flow) return reads + writes;
   reads = 0, writes = 0;
   int64_t prev_written = -1;
@@ -195,7 +209,8 @@ void ComputeModel::lower(const std::vector<const OpDesc*>& ops, std::vector<Kern
   for (size_t i = 0; i < ops.size();) i = lower_at(ops, i, &out.emplace_back());
 }
 
-size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel) const {
+size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, Kernel* kernel,
+                              ChainTraffic* traffic) const {
   // The categories interned once: a kernel's category is then a pointer (it was a strlen and
   // a string copy per kernel, and the timeline compared it with its last category's text).
   static const InternedName kCategory[] = {op_kind_name(OpKind::kMatmul),      op_kind_name(OpKind::kAttention),
@@ -210,6 +225,7 @@ size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, K
   auto eager_here = [&](const OpDesc& op) { return o.outside_blocks_eager && op.outside_blocks; };
   auto fuses = [&](const OpDesc& op) { return o.fuse_elementwise && fusable(op.kind) && !eager_here(op); };
   const OpDesc& op = *ops[i];
+  if (traffic) traffic->chain = false;
   if (!fuses(op)) {
     const bool eager = eager_here(op);
     const double host_s = eager ? o.outside_host_per_op_s
@@ -253,7 +269,13 @@ size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, K
   // matmul's accumulators, not from HBM, and needs no launch of its own.
   const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
                          ? ops[i - 1] : nullptr;
-  const double bytes = fused_bytes(ops, i, j, mm);
+  if (traffic) traffic->reads.clear(), traffic->writes.clear(), traffic->chain = true;
+  finish_chain(&k, flops, fused_bytes(ops, i, j, mm, traffic), real_ops, mm != nullptr);
+  return j;
+}
+
+void ComputeModel::finish_chain(Kernel* kernel, double flops, double bytes, int64_t real_ops, bool epilogue) const {
+  Kernel& k = *kernel;
   k.compute_s = compute_s(flops, chip_.vector_peak_fraction);
   k.memory_s = memory_s(bytes);
   k.exec_s = combine(k.compute_s, k.memory_s);
@@ -261,9 +283,23 @@ size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, K
             : k.memory_s >= k.compute_s ? CostBasis::kMemory : CostBasis::kVector;
   k.bytes = static_cast<int64_t>(bytes);
   k.flops = flops;
-  k.launch_s = (real_ops == 0 || mm != nullptr) ? 0 : o.launch_per_kernel_s;
+  k.launch_s = (real_ops == 0 || epilogue) ? 0 : overheads_.launch_per_kernel_s;
   k.chain = real_ops > 1;
-  return j;
+}
+
+void ComputeModel::recost_chain(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
+                                const ChainTraffic& traffic, Kernel* kernel) const {
+  double flops = 0;
+  int64_t real_ops = 0;
+  for (size_t x = i; x < j; ++x) {
+    if (ops[x]->kind == OpKind::kView) continue;
+    ++real_ops;
+    flops += ops[x]->flops;
+  }
+  const OpDesc* mm = overheads_.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
+                         ? ops[i - 1] : nullptr;
+  finish_chain(kernel, flops, traffic.flow ? traffic.bytes(ops) : fused_bytes(ops, i, j, mm), real_ops,
+               mm != nullptr);
 }
 
 }  // namespace titan::devices

@@ -38,7 +38,10 @@ void LoweringMemo::lower(const ComputeModel& model, uint64_t ops_id, const std::
     if (run.count != ops.size()) continue;
     ++hits;
     *out = run.kernels;
-    for (const auto& [k, begin] : run.marked) model.lower_at(ops, begin, &(*out)[k]);
+    for (const Marked& m : run.marked) {
+      if (m.traffic.chain) model.recost_chain(ops, m.begin, m.end, m.traffic, &(*out)[m.kernel]);
+      else model.lower_at(ops, m.begin, &(*out)[m.kernel]);
+    }
     return;
   }
   ++misses;
@@ -46,10 +49,12 @@ void LoweringMemo::lower(const ComputeModel& model, uint64_t ops_id, const std::
   out->reserve(ops.size());
   Run run;
   run.count = ops.size();
+  thread_local ChainTraffic traffic;
   for (size_t i = 0; i < ops.size();) {
-    const size_t next = model.lower_at(ops, i, &out->emplace_back());
+    const size_t next = model.lower_at(ops, i, &out->emplace_back(), &traffic);
     if (reads_resized(ops, i, next))
-      run.marked.emplace_back(static_cast<uint32_t>(out->size() - 1), static_cast<uint32_t>(i));
+      run.marked.push_back({static_cast<uint32_t>(out->size() - 1), static_cast<uint32_t>(i),
+                            static_cast<uint32_t>(next), traffic});
     i = next;
   }
   run.kernels = *out;

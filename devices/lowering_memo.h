@@ -9,8 +9,10 @@
 // the same ops, and the same of them marked OpDesc::resized), its first op's index and its
 // length; the kernels it was lowered into are kept, with those that read a marked op (one of
 // theirs or, for a chain, the matmul before it). A run found again gets the kept kernels, and
-// the marked ones lowered again from the ops at hand: which ops a kernel holds follows from
-// the ops' kinds alone, which resizing leaves. Runs of unnamed traces are lowered as before.
+// the marked ones costed again from the ops at hand: which ops a kernel holds follows from
+// the ops' kinds alone, and which tensors a fused chain moves through HBM from their data
+// flow, both of which resizing leaves (a chain is costed from the uses it moved, ChainTraffic,
+// without walking its data flow again). Runs of unnamed traces are lowered as before.
 #pragma once
 
 #include <cstddef>
@@ -37,10 +39,14 @@ class LoweringMemo {
   int64_t hits = 0, misses = 0;  // runs found / lowered and kept
 
  private:
+  struct Marked {  // a kernel that read a marked op
+    uint32_t kernel = 0, begin = 0, end = 0;  // which, and its ops
+    ChainTraffic traffic;  // a fused chain's: costed again from it (ComputeModel::recost_chain)
+  };
   struct Run {
     size_t count = 0;  // ops
     std::vector<Kernel> kernels;
-    std::vector<std::pair<uint32_t, uint32_t>> marked;  // kernels that read a marked op: (kernel, first op)
+    std::vector<Marked> marked;
     int32_t next = -1;  // another run from the same first op (a collective moved between degrees)
   };
   struct PerTrace {
