@@ -50,6 +50,10 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
         const devices::OpDesc& op = ev.op;
         int64_t numel = 0, n = 0, e = 0;
         const bool propagates = op.kind != OpKind::kMatmul && op.kind != OpKind::kAttention;
+        // The last classified read's parameter, for `last` below: classifying the reads again
+        // there gives the same unless this op's writes named one of them.
+        int64_t last_read = 0;
+        bool writes_named = false;
         for (const auto& u : op.reads) {
           if (propagates && last != 0 && !numel_of.contains(u.id) && !written.contains(u.id) &&
               size_class(u.bytes, last, w, &e) != SizeClass::kNone) {
@@ -60,19 +64,24 @@ bool plan_rank(const std::vector<const devices::Trace*>& traces, const std::vect
           }
           if (cls(u, &n, &e) == SizeClass::kNone) continue;
           if (numel != 0 && numel != n) return fail(why, op.name + " reads the shards of two parameters");
-          numel = n;
+          numel = last_read = n;
         }
         if (propagates && numel != 0)
           for (const auto& u : op.writes) {
             if (size_class(u.bytes, numel, w, &e) == SizeClass::kNone) continue;
             auto [had, added] = numel_of.emplace(u.id, numel);
-            if (added) changed = true;
+            if (added) changed = writes_named = true;
             else if (*had != numel)
               return fail(why, op.name + " writes a storage of another parameter's shard");
           }
-        for (int pass = 0; pass < 2; ++pass)
-          for (const auto& u : pass ? op.writes : op.reads)
+        if (writes_named) {
+          for (const auto& u : op.reads)
             if (cls(u, &n, &e) != SizeClass::kNone) last = n;
+        } else if (last_read != 0) {
+          last = last_read;
+        }
+        for (const auto& u : op.writes)
+          if (cls(u, &n, &e) != SizeClass::kNone) last = n;
       }
     }
   }
