@@ -31,7 +31,13 @@ void LoweringMemo::lower(const ComputeModel& model, uint64_t ops_id, const std::
     last_id_ = ops_id;
   }
   PerTrace& t = *last_;
-  const auto first = static_cast<size_t>(ops.front()->index);
+  // A replay runs a trace from its first op, so the first run seen starts the trace.
+  if (t.base < 0) t.base = ops.front()->index;
+  if (ops.front()->index < t.base) {
+    model.lower(ops, out);
+    return;
+  }
+  const auto first = static_cast<size_t>(ops.front()->index - t.base);
   if (first >= t.first.size()) t.first.resize(first + 1, -1);
   for (int32_t r = t.first[first]; r >= 0; r = t.runs[static_cast<size_t>(r)].next) {
     const Run& run = t.runs[static_cast<size_t>(r)];

@@ -50,7 +50,8 @@ class LoweringMemo {
     int32_t next = -1;  // another run from the same first op (a collective moved between degrees)
   };
   struct PerTrace {
-    std::vector<int32_t> first;  // by first op index: its latest run, -1 none
+    int64_t base = -1;           // the trace's first op index (a pipeline segment's is its rank's)
+    std::vector<int32_t> first;  // by first op index - base: its latest run, -1 none
     std::vector<Run> runs;
   };
   std::unordered_map<uint64_t, PerTrace> traces_;
