@@ -41,9 +41,8 @@ struct TimelineTask {
   int basis = -1, overhead_basis = -1, slowdown_basis = -1;
 
   // Every field back to its default above, the vectors keeping their room (a replay fills
-  // one task per kernel and collective).
-  // Field by field: building a default task and moving it in zeroed it with a `rep stos`, a
-  // fiftieth of a study's CPU.
+  // one task per kernel and collective). Field by field: moving a default task in zeroed the
+  // whole task with a `rep stos` first, about a fiftieth of a study's CPU.
   void reset() {
     static const TimelineTask kDefault;
     stream = kDefault.stream;

@@ -41,7 +41,7 @@ LiveRanges live_ranges(const std::vector<const Trace*>& parts, const std::vector
     bool next_adds = false;     // that op is an add (a gradient accumulation)
   };
   std::vector<Seen> seen(storages.size() + 1);
-  // Interned: compared by address per use (as text they were a tenth of this walk).
+  // Interned: compared by address per use (as text, about a fifth of this walk's instructions).
   static const InternedName add("aten::add"), add_("aten::add_");
   LiveRanges out;
   out.storages = storages.size();
