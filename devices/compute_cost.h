@@ -206,6 +206,9 @@ class ComputeModel {
   CostBasis basis_of(const OpDesc& op, const KernelTime& t) const;
   double fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j, const OpDesc* mm,
                      ChainTraffic* traffic = nullptr) const;
+  // Epilogue fusion (compiled): the matmul right before a chain starting at ops[i], whose
+  // accumulators the chain reads; nullptr when none or the mode does not fuse epilogues.
+  const OpDesc* epilogue_of(const std::vector<const OpDesc*>& ops, size_t i) const;
   // A chain's figures from its FLOPs and bytes (real_ops: its ops other than views).
   void finish_chain(Kernel* k, double flops, double bytes, int64_t real_ops, bool epilogue) const;
   double memory_s(double bytes) const;

@@ -267,11 +267,14 @@ size_t ComputeModel::lower_at(const std::vector<const OpDesc*>& ops, size_t i, K
   if (has_reduction) k.category = kCategory[static_cast<int>(OpKind::kReduction)];
   // Epilogue fusion (compiled): the chain right after a matmul reads its output from the
   // matmul's accumulators, not from HBM, and needs no launch of its own.
-  const OpDesc* mm = o.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
-                         ? ops[i - 1] : nullptr;
+  const OpDesc* mm = epilogue_of(ops, i);
   if (traffic) traffic->reads.clear(), traffic->writes.clear(), traffic->chain = true;
   finish_chain(&k, flops, fused_bytes(ops, i, j, mm, traffic), real_ops, mm != nullptr);
   return j;
+}
+
+const OpDesc* ComputeModel::epilogue_of(const std::vector<const OpDesc*>& ops, size_t i) const {
+  return overheads_.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul ? ops[i - 1] : nullptr;
 }
 
 void ComputeModel::finish_chain(Kernel* kernel, double flops, double bytes, int64_t real_ops, bool epilogue) const {
@@ -296,8 +299,7 @@ void ComputeModel::recost_chain(const std::vector<const OpDesc*>& ops, size_t i,
     ++real_ops;
     flops += ops[x]->flops;
   }
-  const OpDesc* mm = overheads_.fuse_epilogue && i > 0 && ops[i - 1]->kind == OpKind::kMatmul
-                         ? ops[i - 1] : nullptr;
+  const OpDesc* mm = epilogue_of(ops, i);
   finish_chain(kernel, flops, traffic.flow ? traffic.bytes(ops) : fused_bytes(ops, i, j, mm), real_ops,
                mm != nullptr);
 }
