@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/error.h"
 
@@ -43,12 +46,7 @@ namespace {
 // Upper tail of the standard normal, P(Z > z).
 double upper_tail(double z) { return 0.5 * std::erfc(z / std::sqrt(2.0)); }
 
-}  // namespace
-
-double expected_max_step_factor(int64_t n, double sigma, double slow_fraction, double slowdown) {
-  TITAN_CHECK(n >= 1 && sigma >= 0 && slow_fraction >= 0 && slow_fraction <= 1 && slowdown >= 0,
-              "expected_max_step_factor: n ", n, ", sigma ", sigma, ", slow fraction ", slow_fraction, ", slowdown ",
-              slowdown);
+double integrate_max_step_factor(int64_t n, double sigma, double slow_fraction, double slowdown) {
   const double p = slowdown > 0 ? slow_fraction : 0;
   const double nd = static_cast<double>(n);
   if (sigma == 0) return 1 + slowdown * (1 - std::pow(1 - p, nd));  // no jitter: two values
@@ -66,6 +64,40 @@ double expected_max_step_factor(int64_t n, double sigma, double slow_fraction, d
   double sum = one_minus_g(lo) + one_minus_g(hi);
   for (int i = 1; i < steps; ++i) sum += (i % 2 ? 4 : 2) * one_minus_g(lo + i * h);
   return lo + sum * h / 3;
+}
+
+// Each value is an 8,000-point integral (3 million instructions) and a study asks for the same
+// few chip counts thousands of times (7% of a layout search's CPU before this): the results
+// are kept, keyed by the exact arguments, so a value read back is the one computed.
+class MaxStepFactors {
+ public:
+  double get(int64_t n, double sigma, double slow_fraction, double slowdown) {
+    const Key k{n, sigma, slow_fraction, slowdown};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = values_.find(k); it != values_.end()) return it->second;
+    }
+    const double v = integrate_max_step_factor(n, sigma, slow_fraction, slowdown);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (values_.size() >= 4096) values_.clear();  // a bound for long-lived callers
+    values_.emplace(k, v);
+    return v;
+  }
+
+ private:
+  using Key = std::tuple<int64_t, double, double, double>;
+  std::mutex mu_;
+  std::map<Key, double> values_;
+};
+
+}  // namespace
+
+double expected_max_step_factor(int64_t n, double sigma, double slow_fraction, double slowdown) {
+  static MaxStepFactors values;
+  TITAN_CHECK(n >= 1 && sigma >= 0 && slow_fraction >= 0 && slow_fraction <= 1 && slowdown >= 0,
+              "expected_max_step_factor: n ", n, ", sigma ", sigma, ", slow fraction ", slow_fraction, ", slowdown ",
+              slowdown);
+  return values.get(n, sigma, slow_fraction, slowdown);
 }
 
 double spare_free_probability(double spares, double mean_out) {

@@ -3,6 +3,7 @@
 // loader (TOML, overrides), --help and the saved config.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <limits>
 #include <string>
@@ -94,8 +95,22 @@ class KeyTable {
   const std::vector<std::string>& sections() const { return sections_; }
   bool has_section(const std::string& section) const;
   const JobConfig& proto() const { return proto_; }
+  // The same member in another config: an entry's field lies in proto(), and the member of cfg
+  // it names at the same offset from cfg's start (a plain aggregate: no virtual bases or
+  // functions move members between objects of the one type).
+  template <typename T>
+  T* in(JobConfig& cfg, T* field) const {
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(&cfg) + offset(field));
+  }
+  template <typename T>
+  const T* in(const JobConfig& cfg, const T* field) const {
+    return reinterpret_cast<const T*>(reinterpret_cast<const char*>(&cfg) + offset(field));
+  }
 
  private:
+  std::ptrdiff_t offset(const void* field) const {
+    return static_cast<const char*>(field) - reinterpret_cast<const char*>(&proto_);
+  }
   KeyTable();
   JobConfig proto_;
   Registry reg_;

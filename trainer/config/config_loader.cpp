@@ -127,18 +127,14 @@ std::string node_text(const toml::node& n) {
   return os.str();
 }
 
-// Where a key's value goes: its KeyTable entry names a field of the table's proto()
-// (config_keys.h); the same field of the config being loaded lies at the same offset from its
-// start, which holds for a plain aggregate (no virtual bases or functions moving members
-// between objects of the one type).
-static_assert(!std::is_polymorphic_v<JobConfig>, "Target's offsets assume a plain JobConfig");
+// Where a key's value goes: the same member of the config being loaded as the one its
+// KeyTable entry names in the table's proto() (KeyTable::in).
+static_assert(!std::is_polymorphic_v<JobConfig>, "KeyTable::in's offsets assume a plain JobConfig");
 struct Target {
   JobConfig* cfg = nullptr;
   template <typename T>
   T* operator()(T* field) const {
-    const auto* proto = reinterpret_cast<const char*>(&KeyTable::get().proto());
-    const auto offset = reinterpret_cast<const char*>(field) - proto;
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(cfg) + offset);
+    return KeyTable::get().in(*cfg, field);
   }
 };
 
