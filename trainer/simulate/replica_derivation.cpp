@@ -115,6 +115,7 @@ devices::Trace without_replica_collectives(const devices::Trace& t, const std::v
                       events + static_cast<int64_t>(call.waits.front()), replica_calls[c]});
   }
   devices::Trace out;
+  out.reserve(n);  // at most every event is kept: no event moved as the trace grows
   std::map<int64_t, int64_t> work;  // a kept issue's handle -> its handle in out
   auto keep = [&](const devices::TraceEvent& e) {
     if (e.type == Type::kCompute) {

@@ -128,6 +128,13 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
       op.flops = static_cast<double>(op.bytes_written) /
                  static_cast<double>(std::max<int64_t>(1, op.dtype_bytes));
     }
+    // Each call's tensor sizes at w, worked out once: separate mode issues a collective per
+    // tensor, and each asked for the whole call's sizes (quadratic in the call's tensors).
+    std::vector<std::vector<int64_t>> sizes_at_w(r.calls.size());
+    auto call_sizes = [&](size_t call) -> const std::vector<int64_t>& {
+      if (sizes_at_w[call].empty()) sizes_at_w[call] = call_bytes(r.calls[call], w);
+      return sizes_at_w[call];
+    };
     bool split_changes = false;
     for (const auto& c : r.collectives) {
       if (buckets[q][c.call] != r.buckets[c.call]) {
@@ -135,12 +142,12 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
         traces[c.trace]->set_content_id(0);  // rebuilt below
         continue;
       }
-      at(c.trace, c.event).collective.bytes = bucket_bytes(call_bytes(r.calls[c.call], w), r.buckets[c.call][c.bucket]);
+      at(c.trace, c.event).collective.bytes = bucket_bytes(call_sizes(c.call), r.buckets[c.call][c.bucket]);
     }
     if (split_changes && in_place) {
       for (const auto& n : where.issued) {  // the issues rebucket made, at this degree's sizes
         (*events[n.trace])[n.event].collective.bytes =
-            bucket_bytes(call_bytes(r.calls[n.call], w), buckets[q][n.call][n.bucket]);
+            bucket_bytes(call_sizes(n.call), buckets[q][n.call][n.bucket]);
       }
     } else if (split_changes && !rebucket(r, buckets[q], w, events, &where, why)) {
       return false;
