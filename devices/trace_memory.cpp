@@ -15,7 +15,8 @@ namespace {
 // The storage a copy_ widens into `dst` (bf16 -> fp32: it reads fewer bytes than it writes),
 // 0 if the op is no such cast.
 int64_t widened_source(const OpDesc& op, const TensorUse& dst) {
-  if (op.name != "aten::copy_") return 0;
+  static const InternedName copy_("aten::copy_");  // compared by address: one per name
+  if (op.name != copy_) return 0;
   const TensorUse* src = nullptr;
   for (const TensorUse& r : op.reads) {
     if (r.id <= 0 || r.id == dst.id) continue;
