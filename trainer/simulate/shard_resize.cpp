@@ -19,15 +19,25 @@ using devices::TraceEvent;
 
 namespace {
 
+using CallSplits = Split::value_type;  // one rank's: per call, its buckets
+
+// Whether each call's split at the new degree differs from the probe's, compared once per call
+// (separate mode issues a collective per tensor: compared per collective, it was quadratic).
+std::vector<char> resplit_calls(const ShardRewrites::Rank& r, const CallSplits& buckets) {
+  std::vector<char> resplit(r.calls.size());
+  for (size_t k = 0; k < r.calls.size(); ++k) resplit[k] = buckets[k] != r.buckets[k];
+  return resplit;
+}
+
 // The traces of rank q that rebucketing moved (where) or moves at this split (buckets), as
 // the probe recorded them again; where then says nothing moved.
-void restore_moved(const ProbeRecording& probe, size_t q, const ShardRewrites::Rank& r,
-                   const std::vector<std::vector<std::vector<size_t>>>& buckets,
+void restore_moved(const ProbeRecording& probe, size_t q, const ShardRewrites::Rank& r, const CallSplits& buckets,
                    const std::vector<std::vector<TraceEvent>*>& events, ResizedLayout::Rank* where) {
   std::vector<bool> again(events.size(), false);
   for (uint32_t ti = 0; ti < where->moved.size() && ti < events.size(); ++ti) again[ti] = !where->moved[ti].empty();
+  const std::vector<char> resplit = resplit_calls(r, buckets);
   for (const auto& c : r.collectives)
-    if (buckets[c.call] != r.buckets[c.call]) again[c.trace] = true;
+    if (resplit[c.call]) again[c.trace] = true;
   const auto recorded = rank_traces(probe.step, q);
   for (size_t ti = 0; ti < events.size(); ++ti)
     if (again[ti]) *events[ti] = recorded[ti]->events();
@@ -135,9 +145,10 @@ bool resize_for_shard_degree(const ProbeRecording& probe, const JobConfig& cfg, 
       if (sizes_at_w[call].empty()) sizes_at_w[call] = call_bytes(r.calls[call], w);
       return sizes_at_w[call];
     };
+    const std::vector<char> resplit = resplit_calls(r, buckets[q]);
     bool split_changes = false;
     for (const auto& c : r.collectives) {
-      if (buckets[q][c.call] != r.buckets[c.call]) {
+      if (resplit[c.call]) {
         split_changes = true;
         traces[c.trace]->set_content_id(0);  // rebuilt below
         continue;
