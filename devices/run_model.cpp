@@ -66,9 +66,9 @@ double integrate_max_step_factor(int64_t n, double sigma, double slow_fraction, 
   return lo + sum * h / 3;
 }
 
-// Each value is an 8,000-point integral (3 million instructions) and a study asks for the same
-// few chip counts thousands of times (7% of a layout search's CPU before this): the results
-// are kept, keyed by the exact arguments, so a value read back is the one computed.
+// Each value is an 8,000-point integral (3 million instructions), and a study asks for the same
+// few chip counts once per result row (7% of a study process's instructions before this): the
+// results are kept, keyed by the exact arguments, so a value read back is the one computed.
 class MaxStepFactors {
  public:
   double get(int64_t n, double sigma, double slow_fraction, double slowdown) {

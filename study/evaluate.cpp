@@ -42,8 +42,8 @@ std::string ac_choice(const JobConfig& cfg) {
   return cfg.activation_checkpoint.op_level() ? "op" : to_string(cfg.activation_checkpoint.mode);
 }
 
-// The registry's table (KeyTable): building a registry per call was 7% of a search's CPU
-// (the result rows read some twenty keys of every configuration).
+// Read through the shared key table (KeyTable): a registry built per call was 7% of a study
+// process's instructions, nearly all in writing the result rows (some twenty keys a row).
 std::string key_value(const JobConfig& cfg, const std::string& key) {
   const KeyTable& table = KeyTable::get();
   const KeySpec* s = table.find(key);
