@@ -132,13 +132,6 @@ bool compiles_whole_step(const ChipSpec& chip, ExecutionMode mode) {
   return mode == ExecutionMode::kCompiled && chip.compiled_covers_step && !chip.is_host();
 }
 
-// HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
-// With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
-// it (and not from the epilogue's accumulators), and written if an op after the kernel reads
-// it (saved for backward, the residual stream) or none in the step does (parameters, the
-// optimizer's state). Without it (synthetic traces), each op is assumed to consume its
-// predecessor's output in registers and only the chain's last output is written:
-//   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
 double ChainTraffic::bytes(const std::vector<const OpDesc*>& ops) const {
   double r = 0, w = 0;
   for (const At& a : reads) r += static_cast<double>(ops[a.op]->reads[a.slot].bytes);
@@ -146,6 +139,13 @@ double ChainTraffic::bytes(const std::vector<const OpDesc*>& ops) const {
   return r + w;
 }
 
+// HBM bytes of ops[i, j) run as one fused kernel (`mm`: the matmul whose epilogue it is).
+// With the recorded data flow: a tensor is read from HBM once if no op of the kernel wrote
+// it (and not from the epilogue's accumulators), and written if an op after the kernel reads
+// it (saved for backward, the residual stream) or none in the step does (parameters, the
+// optimizer's state). Without it (synthetic traces), each op is assumed to consume its
+// predecessor's output in registers and only the chain's last output is written:
+//   bytes = read_1 + sum_{j>1} max(0, read_j - written_{j-1}) + written_last
 double ComputeModel::fused_bytes(const std::vector<const OpDesc*>& ops, size_t i, size_t j,
                                  const OpDesc* mm, ChainTraffic* traffic) const {
   // The data flow's sums in one pass over the ops, dropped at the first op without it: a
