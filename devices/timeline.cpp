@@ -199,6 +199,9 @@ void Timeline::run() const {
   std::vector<std::pair<int, double>> capacity;
   double t = 0;
   size_t finished = 0;
+  // The fair shares change only when a communication task starts, reaches its shared part or
+  // ends; between those events the last shares hold (most events are compute tasks ending).
+  bool flows_changed = true;
   auto startable = [&](size_t s, bool* waits_for_time) {
     *waits_for_time = false;
     if (slot[s].id >= 0 || head[s] >= streams_[s].tasks.size()) return false;
@@ -214,10 +217,14 @@ void Timeline::run() const {
     ++finished;
     ++head[s];
     slot[s] = Slot{};
+    if (streams_[s].kind == StreamKind::kCommunication) flows_changed = true;
   };
+  bool comm_active = false;
   while (finished < n) {
-    for (bool started = true; started;) {
-      started = false;
+    // Starting a task changes no dependency; only a task that ends as it starts (no duration)
+    // can let a stream already passed over start, so only then is there another pass.
+    for (bool ended = true; ended;) {
+      ended = false;
       for (size_t s = 0; s < ns; ++s) {
         bool wait = false;
         if (!startable(s, &wait)) continue;
@@ -225,24 +232,27 @@ void Timeline::run() const {
         const Task& k = tasks_[static_cast<size_t>(id)];
         timings_[static_cast<size_t>(id)].start_s = t;
         slot[s] = Slot{id, k.duration_s - k.shared_s, k.shared_s};
-        if (k.duration_s <= 0) finish(s, id);
-        started = true;
+        if (streams_[s].kind == StreamKind::kCommunication) flows_changed = true;
+        if (k.duration_s <= 0) finish(s, id), ended = true;
       }
     }
     if (finished == n) break;
-    bool comm_active = false;
-    flows.clear();
-    flow_stream.clear();
-    for (size_t s = 0; s < ns; ++s) {
-      if (slot[s].id < 0 || streams_[s].kind != StreamKind::kCommunication) continue;
-      comm_active = true;
-      if (slot[s].fixed <= 0) {
-        const Task& k = tasks_[static_cast<size_t>(slot[s].id)];
-        flows.emplace_back(links_.data() + k.links_begin, links_.data() + k.links_end);
-        flow_stream.push_back(s);
+    if (flows_changed) {
+      flows_changed = false;
+      comm_active = false;
+      flows.clear();
+      flow_stream.clear();
+      for (size_t s = 0; s < ns; ++s) {
+        if (slot[s].id < 0 || streams_[s].kind != StreamKind::kCommunication) continue;
+        comm_active = true;
+        if (slot[s].fixed <= 0) {
+          const Task& k = tasks_[static_cast<size_t>(slot[s].id)];
+          flows.emplace_back(links_.data() + k.links_begin, links_.data() + k.links_end);
+          flow_stream.push_back(s);
+        }
       }
+      fair_rates(flows, &fair, &capacity);
     }
-    fair_rates(flows, &fair, &capacity);
     for (size_t s = 0; s < ns; ++s) rate[s] = 1.0;
     for (size_t f = 0; f < flows.size(); ++f) rate[flow_stream[f]] = fair[f];
     double dt = std::numeric_limits<double>::infinity();
@@ -263,8 +273,10 @@ void Timeline::run() const {
       if (slot[s].id < 0) continue;
       double& rem = slot[s].fixed > 0 ? slot[s].fixed : slot[s].shared;
       // The task(s) that define this event land exactly on zero.
+      const bool in_fixed = slot[s].fixed > 0;
       rem = rem <= rate[s] * dt * (1 + 1e-12) ? 0.0 : rem - rate[s] * dt;
       if (slot[s].fixed <= 0 && slot[s].shared <= 0) finish(s, slot[s].id);
+      else if (in_fixed && slot[s].fixed <= 0 && streams_[s].kind == StreamKind::kCommunication) flows_changed = true;
     }
   }
   dirty_ = false;
