@@ -192,7 +192,13 @@ void Timeline::run() const {
     double fixed = 0, shared = 0;  // remaining seconds of each part at full speed
   };
   std::vector<Slot> slot(ns);
-  std::vector<double> rate(ns, 1.0);
+  // A busy stream's rate: a flow's fair share, 1 for any other (base), a compute task's
+  // rate_under_comm while communication runs.
+  std::vector<double> rate(ns, 1.0), base(ns, 1.0);
+  // Where each stream's next task's dependencies were last found not done (a task's list is
+  // read on from there: a dependency once done stays done); kUnread: from its start.
+  constexpr uint32_t kUnread = std::numeric_limits<uint32_t>::max();
+  std::vector<uint32_t> deps_from(ns, kUnread);
   std::vector<Flow> flows;
   std::vector<size_t> flow_stream;
   std::vector<double> fair;
@@ -206,7 +212,9 @@ void Timeline::run() const {
     *waits_for_time = false;
     if (slot[s].id >= 0 || head[s] >= streams_[s].tasks.size()) return false;
     const Task& k = tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])];
-    for (uint32_t d = k.deps_begin; d < k.deps_end; ++d)
+    uint32_t& d = deps_from[s];
+    if (d == kUnread) d = k.deps_begin;
+    for (; d < k.deps_end; ++d)
       if (!done[static_cast<size_t>(deps_[d])]) return false;
     *waits_for_time = k.ready_s > t;
     return !*waits_for_time;
@@ -216,6 +224,7 @@ void Timeline::run() const {
     done[static_cast<size_t>(id)] = 1;
     ++finished;
     ++head[s];
+    deps_from[s] = kUnread;
     slot[s] = Slot{};
     if (streams_[s].kind == StreamKind::kCommunication) flows_changed = true;
   };
@@ -252,9 +261,9 @@ void Timeline::run() const {
         }
       }
       fair_rates(flows, &fair, &capacity);
+      for (size_t s = 0; s < ns; ++s) base[s] = 1.0;
+      for (size_t f = 0; f < flows.size(); ++f) base[flow_stream[f]] = fair[f];
     }
-    for (size_t s = 0; s < ns; ++s) rate[s] = 1.0;
-    for (size_t f = 0; f < flows.size(); ++f) rate[flow_stream[f]] = fair[f];
     double dt = std::numeric_limits<double>::infinity();
     for (size_t s = 0; s < ns; ++s) {
       if (slot[s].id < 0) {
@@ -263,8 +272,9 @@ void Timeline::run() const {
         if (wait) dt = std::min(dt, tasks_[static_cast<size_t>(streams_[s].tasks[head[s]])].ready_s - t);
         continue;
       }
-      if (streams_[s].kind == StreamKind::kCompute && comm_active)
-        rate[s] = tasks_[static_cast<size_t>(slot[s].id)].rate_under_comm;
+      rate[s] = streams_[s].kind == StreamKind::kCompute && comm_active
+                    ? tasks_[static_cast<size_t>(slot[s].id)].rate_under_comm
+                    : base[s];
       dt = std::min(dt, (slot[s].fixed > 0 ? slot[s].fixed : slot[s].shared) / rate[s]);
     }
     TITAN_CHECK(dt < std::numeric_limits<double>::infinity(), "timeline: no task can progress");
