@@ -48,6 +48,8 @@ torch::Tensor kept_or_stand_in(OpSaveAction act, SavedOp op, bool scoped, const 
 
 // The composite causal attention (q [B, H, S, D], k and v [B, KV, S, D]).
 torch::Tensor composite_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, int64_t head_dim) {
+  // A recording that costs the attention as one kernel sees none of the ops below.
+  if (q.is_meta() && meta_records_attention_kernel()) return meta_attention_stand_in(q, k, v);
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), KV = k.size(1);
   if (H != KV) {  // grouped-query attention: each kv head serves H / KV query heads
     k = k.unsqueeze(2).expand({B, KV, H / KV, S, head_dim}).reshape({B, H, S, head_dim});

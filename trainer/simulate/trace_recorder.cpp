@@ -61,6 +61,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     TITAN_CHECK(recorder_state::active == nullptr, "TraceRecorder: another recorder is active");
     recorder_state::active = this;
     recorder_state::fuse_attention_scope = options.fuse_attention;
+    set_meta_records_attention_kernel(options.fuse_attention);
     recorder_state::fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     recorder_state::fuse_cross_entropy_scope = options.fused_cross_entropy;
@@ -94,6 +95,7 @@ TraceRecorder::~TraceRecorder() {
   recorder_state::active = nullptr;
   set_meta_records_fused_kernels(false);
   set_meta_records_fused_cross_entropy(false);
+  set_meta_records_attention_kernel(false);
   recorder_state::intervals.clear();
   block_membership::reset();
 }

@@ -14,6 +14,7 @@ namespace {
 
 std::atomic<bool> records_fused{false};
 std::atomic<bool> records_fused_ce{false};
+std::atomic<bool> records_attention{false};
 
 // A stand-in backward's gradients under kFusedKernelGradsScope, as its outputs.
 torch::autograd::variable_list grads_in_scope(const std::function<torch::autograd::variable_list()>& make) {
@@ -49,6 +50,24 @@ struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction>
     });
     grads.emplace_back();  // the output function
     grads.emplace_back();  // the linear flag
+    return grads;
+  }
+};
+
+// The output and gradients are new contiguous tensors, as the composite's matmuls (and, for
+// grouped-query k and v, the sums over the expanded heads) return them.
+struct MetaAttentionFunction : public torch::autograd::Function<MetaAttentionFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    ctx->save_for_backward({q, k, v});
+    return torch::empty(q.sizes(), q.options());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    const auto in = ctx->get_saved_variables();
+    torch::autograd::variable_list grads;
+    for (size_t i = 0; i < in.size(); ++i)
+      grads.push_back(ctx->needs_input_grad(i) ? torch::empty(in[i].sizes(), in[i].options()) : torch::Tensor());
     return grads;
   }
 };
@@ -106,6 +125,13 @@ std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, con
     if (out.size() > 1) cur = out[1];
   }
   return ys;
+}
+
+bool meta_records_attention_kernel() { return records_attention.load(std::memory_order_relaxed); }
+void set_meta_records_attention_kernel(bool on) { records_attention.store(on, std::memory_order_relaxed); }
+
+torch::Tensor meta_attention_stand_in(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return MetaAttentionFunction::apply(q, k, v);
 }
 
 bool meta_records_fused_kernels() { return records_fused.load(std::memory_order_relaxed); }

@@ -24,6 +24,19 @@ void set_meta_records_fused_kernels(bool on);
 bool meta_records_fused_cross_entropy();
 void set_meta_records_fused_cross_entropy(bool on);
 
+// Whether the active recording costs the attention scope (kAttentionScope, the composite
+// causal attention's ops) as one flash kernel, forward and backward, recording nothing inside
+// it (process-wide; one recorder at a time).
+bool meta_records_attention_kernel();
+void set_meta_records_attention_kernel(bool on);
+// The composite causal attention's stand-in on the meta device, for a recording that records
+// nothing inside the attention scope: one autograd node whose output and whose gradients of q,
+// k and v are empty tensors in the layouts the composite's matmuls give them (contiguous
+// [B, H, S, D], and [B, KV, S, D] for k and v), so that every op the recording sees outside
+// the scope is the same. The composite's own ops (some thirty with their backward, run again
+// in each recomputed block) were a tenth of what a study's recorder processes spent recording.
+torch::Tensor meta_attention_stand_in(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
 // Inside the kernel's scope (`scope`, with `inputs` as its RecordFunction inputs): one autograd
 // node whose forward returns output() (an empty meta tensor in the kernel's output layout) and
 // whose backward gives every input that needs one an empty gradient in that input's layout.
