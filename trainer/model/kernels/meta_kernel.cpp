@@ -60,7 +60,7 @@ struct MetaAttentionFunction : public torch::autograd::Function<MetaAttentionFun
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v) {
     ctx->save_for_backward({q, k, v});
-    return torch::empty(q.sizes(), q.options());
+    return torch::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list) {
