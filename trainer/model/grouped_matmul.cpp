@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "trainer/model/kernels/meta_kernel.h"
 
 namespace titan {
 
@@ -16,6 +17,13 @@ torch::Tensor grouped_mm(const torch::Tensor& x, const torch::Tensor& w, const s
   TITAN_CHECK(rows == x.size(0), "grouped matmul: counts sum to ", rows, " for ", x.size(0), " rows");
   // Everything below, backward nodes included, is the one kernel a recording keeps.
   RECORD_FUNCTION(kGroupedMatmulScope, std::vector<c10::IValue>({x, w, c10::IValue(counts)}));
+  // A recording that keeps the scope as one grouped GEMM sees none of the loop below (with no
+  // rows, the loop's empty output has no gradient: it runs as it is).
+  if (x.is_meta() && meta_records_grouped_matmul_kernel() && rows > 0) {
+    torch::Tensor out = meta_grouped_matmul_stand_in(x, w);
+    if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{out});
+    return out;
+  }
   // unbind (one view per expert): its backward stacks the experts' weight gradients once,
   // where indexing per expert would add a zero-filled [E, ...] gradient per expert. Likewise
   // split: its backward concatenates the blocks' gradients, where narrow's would add a

@@ -66,6 +66,7 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     set_meta_records_fused_kernels(options.fused_kernels);
     recorder_state::fuse_cross_entropy_scope = options.fused_cross_entropy;
     recorder_state::fuse_grouped_matmul_scope = options.grouped_matmul;
+    set_meta_records_grouped_matmul_kernel(options.grouped_matmul);
     set_meta_records_fused_cross_entropy(options.fused_cross_entropy);
     recorder_state::intervals.clear();
     block_membership::reset();
@@ -96,6 +97,7 @@ TraceRecorder::~TraceRecorder() {
   set_meta_records_fused_kernels(false);
   set_meta_records_fused_cross_entropy(false);
   set_meta_records_attention_kernel(false);
+  set_meta_records_grouped_matmul_kernel(false);
   recorder_state::intervals.clear();
   block_membership::reset();
 }

@@ -15,6 +15,7 @@ namespace {
 std::atomic<bool> records_fused{false};
 std::atomic<bool> records_fused_ce{false};
 std::atomic<bool> records_attention{false};
+std::atomic<bool> records_grouped_mm{false};
 
 // A stand-in backward's gradients under kFusedKernelGradsScope, as its outputs.
 torch::autograd::variable_list grads_in_scope(const std::function<torch::autograd::variable_list()>& make) {
@@ -54,13 +55,14 @@ struct MetaKernelFunction : public torch::autograd::Function<MetaKernelFunction>
   }
 };
 
-// The output and gradients are new contiguous tensors, as the composite's matmuls (and, for
-// grouped-query k and v, the sums over the expanded heads) return them.
-struct MetaAttentionFunction : public torch::autograd::Function<MetaAttentionFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v) {
-    ctx->save_for_backward({q, k, v});
-    return torch::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+// A composite's stand-in whose output (`out_sizes` in the first input's options) and input
+// gradients are new contiguous tensors, as the composite's products and their backward (sums,
+// concatenations, stacks) return them.
+struct MetaContiguousFunction : public torch::autograd::Function<MetaContiguousFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::TensorList inputs,
+                               c10::IntArrayRef out_sizes) {
+    ctx->save_for_backward(inputs.vec());
+    return torch::empty(out_sizes, inputs[0].options());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list) {
@@ -68,6 +70,7 @@ struct MetaAttentionFunction : public torch::autograd::Function<MetaAttentionFun
     torch::autograd::variable_list grads;
     for (size_t i = 0; i < in.size(); ++i)
       grads.push_back(ctx->needs_input_grad(i) ? torch::empty(in[i].sizes(), in[i].options()) : torch::Tensor());
+    grads.emplace_back();  // the output's sizes
     return grads;
   }
 };
@@ -130,8 +133,20 @@ std::vector<torch::Tensor> meta_shared_input_linears(const torch::Tensor& x, con
 bool meta_records_attention_kernel() { return records_attention.load(std::memory_order_relaxed); }
 void set_meta_records_attention_kernel(bool on) { records_attention.store(on, std::memory_order_relaxed); }
 
+// The composite's output: its product with v, [B, H, S, v's head size].
 torch::Tensor meta_attention_stand_in(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return MetaAttentionFunction::apply(q, k, v);
+  const std::vector<torch::Tensor> in{q, k, v};
+  const std::vector<int64_t> out{q.size(0), q.size(1), q.size(2), v.size(3)};
+  return MetaContiguousFunction::apply(torch::TensorList(in), c10::IntArrayRef(out));
+}
+
+bool meta_records_grouped_matmul_kernel() { return records_grouped_mm.load(std::memory_order_relaxed); }
+void set_meta_records_grouped_matmul_kernel(bool on) { records_grouped_mm.store(on, std::memory_order_relaxed); }
+
+torch::Tensor meta_grouped_matmul_stand_in(const torch::Tensor& x, const torch::Tensor& w) {
+  const std::vector<torch::Tensor> in{x, w};
+  const std::vector<int64_t> out{x.size(0), w.size(1)};
+  return MetaContiguousFunction::apply(torch::TensorList(in), c10::IntArrayRef(out));
 }
 
 bool meta_records_fused_kernels() { return records_fused.load(std::memory_order_relaxed); }

@@ -37,6 +37,15 @@ void set_meta_records_attention_kernel(bool on);
 // in each recomputed block) were a tenth of what a study's recorder processes spent recording.
 torch::Tensor meta_attention_stand_in(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// Whether the active recording keeps each grouped-matmul scope (kGroupedMatmulScope) as one
+// grouped GEMM forward and one per gradient, recording nothing inside it.
+bool meta_records_grouped_matmul_kernel();
+void set_meta_records_grouped_matmul_kernel(bool on);
+// The experts' loop of products' stand-in on the meta device, for such a recording: one
+// autograd node whose output [M, out] and gradients of x [M, in] and w [E, out, in] are new
+// contiguous tensors, as the loop's concatenation, split and unbind backward give them.
+torch::Tensor meta_grouped_matmul_stand_in(const torch::Tensor& x, const torch::Tensor& w);
+
 // Inside the kernel's scope (`scope`, with `inputs` as its RecordFunction inputs): one autograd
 // node whose forward returns output() (an empty meta tensor in the kernel's output layout) and
 // whose backward gives every input that needs one an empty gradient in that input's layout.
