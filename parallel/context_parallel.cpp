@@ -1,5 +1,6 @@
 #include "parallel/context_parallel.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -75,6 +76,12 @@ Partial block_forward(const torch::Tensor& q, const torch::Tensor& k, const torc
                       double scale) {
   RECORD_FUNCTION(kRingAttentionBlockScope, std::vector<c10::IValue>({q, k, v, causal, false}));
   const int64_t H = q.size(1);
+  if (q.is_meta() && meta_ring_blocks_kept()) {
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    Partial out{torch::empty({q.size(0), H, q.size(2), v.size(3)}, f32), torch::empty({q.size(0), H, q.size(2)}, f32)};
+    if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{out.out, out.lse});
+    return out;
+  }
   auto s = block_scores(q.to(torch::kFloat32), expand_kv(k, H).to(torch::kFloat32), causal, scale);
   // log-sum-exp by its row max (every kept row has a key: the diagonal's first), as
   // torch::logsumexp has no meta kernel in libtorch 1.13.
@@ -110,6 +117,12 @@ BlockGrads block_backward(const torch::Tensor& q, const torch::Tensor& k, const 
                           double scale) {
   RECORD_FUNCTION(kRingAttentionBlockScope, std::vector<c10::IValue>({q, k, v, causal, true}));
   const int64_t H = q.size(1), KV = k.size(1);
+  if (q.is_meta() && meta_ring_blocks_kept()) {
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    BlockGrads g{torch::empty(q.sizes(), f32), torch::empty(k.sizes(), f32), torch::empty(v.sizes(), f32)};
+    if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{g.dq, g.dk, g.dv});
+    return g;
+  }
   auto qf = q.to(torch::kFloat32), kf = expand_kv(k, H).to(torch::kFloat32), vf = expand_kv(v, H).to(torch::kFloat32);
   auto p = torch::exp(block_scores(qf, kf, causal, scale) - lse.unsqueeze(-1));
   auto dv = torch::matmul(p.transpose(-2, -1), dout);
@@ -120,6 +133,8 @@ BlockGrads block_backward(const torch::Tensor& q, const torch::Tensor& k, const 
   if (guard.isActive()) guard.setOutputs(std::vector<c10::IValue>{g.dq, g.dk, g.dv});
   return g;
 }
+
+std::atomic<bool> ring_blocks_kept{false};
 
 // Global chunk index of chunk j (0 or 1) held by cp rank s of n.
 int64_t chunk_of(int64_t n, int64_t s, int64_t j) { return j == 0 ? s : 2 * n - 1 - s; }
@@ -281,6 +296,9 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
 };
 
 }  // namespace
+
+bool meta_ring_blocks_kept() { return ring_blocks_kept.load(std::memory_order_relaxed); }
+void set_meta_ring_blocks_kept(bool on) { ring_blocks_kept.store(on, std::memory_order_relaxed); }
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                              Communicator& cp, CpRotate method) {

@@ -29,6 +29,12 @@ CpRotate parse_cp_rotate(const std::string& method);
 // inputs q, k, v, then causal (bool) and backward (bool). The simulator costs it as one
 // flash-attention kernel of that shape (trainer/simulate/trace_recorder.cpp).
 constexpr const char* kRingAttentionBlockScope = "titan::ring_attention_block";
+// Whether the active recording keeps each block scope as that one kernel, recording nothing
+// inside it (process-wide, set by the recorder): a block on the meta device then makes its
+// outputs as new fp32 tensors in the shapes and contiguous layouts its ops give them, without
+// running those ops (scores, mask, softmax, products, and in backward their gradients).
+bool meta_ring_blocks_kept();
+void set_meta_ring_blocks_kept(bool on);
 
 // Causal load balancing: the sequence is cut into 2 x cp chunks and cp rank i holds chunks i
 // and 2cp-1-i (early chunks attend to few keys, late ones to many), so every rank does the same

@@ -7,6 +7,7 @@
 #include <ATen/record_function.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -17,6 +18,9 @@
 #include "trainer/model/grouped_matmul.h"
 #include "trainer/model/kernels/meta_kernel.h"
 #include "trainer/model/model.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/simulate/recording_wire.h"
+#include "trainer/simulate/simulate.h"
 #include "trainer/simulate/trace_recorder.h"
 
 namespace titan {
@@ -102,6 +106,42 @@ TEST(MetaStandIn, GroupedMatmulRecordsTheLoopsStep) {
     expect_same(composite, stand_in, "grouped matmul, " + ac_name(ac));
     EXPECT_GT(composite.ops.at(kGroupedMatmulScope), 0);
   }
+}
+
+// Context parallelism's ring-attention blocks (forward and backward, both rotate methods,
+// cp 2 and 4 over grouped-query heads): the whole recorded step, as it goes on the wire, is
+// the same bytes with the blocks' stand-ins as with their ops (TITAN_META_STAND_INS=0).
+TEST(MetaStandIn, RingAttentionBlocksRecordTheSameStep) {
+  for (const char* cp : {"2", "4"})
+    for (const char* rotate : {"allgather", "alltoall"}) {
+      const JobConfig cfg = load_job_config(
+          {"--config", std::string(TITAN_SOURCE_DIR) + "/configs/qwen3_8b.toml", "--job.dump_folder",
+           "/tmp/titan_meta_stand_in_test", "--model.n_layers", "2", "--model.dim", "256", "--model.ffn_dim", "512",
+           "--model.n_heads", "8", "--model.n_kv_heads", "4", "--model.head_dim", "32", "--model.vocab_size", "1024",
+           "--training.seq_len", "512", "--simulation.num_chips", "16", "--simulation.device", "tpu-v5p",
+           "--simulation.layer_extrapolation", "false", "--parallelism.context_parallel_degree", cp,
+           "--parallelism.context_parallel_rotate_method", rotate});
+      const std::string what = std::string("cp ") + cp + ", " + rotate;
+      auto bytes = [&](bool stand_ins) {
+        if (!stand_ins) setenv("TITAN_META_STAND_INS", "0", 1);
+        marker = "aten::amax";  // the block's log-sum-exp, only where its ops run
+        marker_calls = 0;
+        const at::CallbackHandle counter = at::addThreadLocalCallback(at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+              if (std::string(fn.name()) == marker) ++marker_calls;
+              return nullptr;
+            }));
+        const std::string b = encode_step(record_step(cfg));
+        at::removeCallback(counter);
+        unsetenv("TITAN_META_STAND_INS");
+        return std::make_pair(b, marker_calls);
+      };
+      const auto [composite, composite_blocks] = bytes(false);
+      const auto [stand_in, stand_in_blocks] = bytes(true);
+      EXPECT_GT(composite_blocks, 0) << what;
+      EXPECT_EQ(stand_in_blocks, 0) << what;
+      EXPECT_TRUE(composite == stand_in) << what << ": " << composite.size() << " vs " << stand_in.size() << " bytes";
+    }
 }
 
 }  // namespace

@@ -6,10 +6,13 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 
 #include "common/error.h"
 #include "devices/fused_ops.h"
+#include "parallel/context_parallel.h"
 #include "parallel/storage_listener.h"
 #include "trainer/model/kernels/fused_kernels.h"
 #include "trainer/model/kernels/meta_kernel.h"
@@ -61,12 +64,17 @@ TraceRecorder::TraceRecorder(const RecordOptions& options) {
     TITAN_CHECK(recorder_state::active == nullptr, "TraceRecorder: another recorder is active");
     recorder_state::active = this;
     recorder_state::fuse_attention_scope = options.fuse_attention;
-    set_meta_records_attention_kernel(options.fuse_attention);
+    // TITAN_META_STAND_INS=0: every kept scope runs its composite ops on the meta device, as
+    // before the stand-ins (the recording is the same: for checking that it is).
+    const char* env = std::getenv("TITAN_META_STAND_INS");
+    const bool stand_ins = !(env && std::string(env) == "0");
+    set_meta_records_attention_kernel(options.fuse_attention && stand_ins);
+    set_meta_ring_blocks_kept(options.fuse_attention && stand_ins);
     recorder_state::fuse_kernel_scopes = options.fused_kernels;
     set_meta_records_fused_kernels(options.fused_kernels);
     recorder_state::fuse_cross_entropy_scope = options.fused_cross_entropy;
     recorder_state::fuse_grouped_matmul_scope = options.grouped_matmul;
-    set_meta_records_grouped_matmul_kernel(options.grouped_matmul);
+    set_meta_records_grouped_matmul_kernel(options.grouped_matmul && stand_ins);
     set_meta_records_fused_cross_entropy(options.fused_cross_entropy);
     recorder_state::intervals.clear();
     block_membership::reset();
@@ -98,6 +106,7 @@ TraceRecorder::~TraceRecorder() {
   set_meta_records_fused_cross_entropy(false);
   set_meta_records_attention_kernel(false);
   set_meta_records_grouped_matmul_kernel(false);
+  set_meta_ring_blocks_kept(false);
   recorder_state::intervals.clear();
   block_membership::reset();
 }
